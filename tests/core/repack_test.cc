@@ -1,0 +1,168 @@
+// Re-packing: the fewest stages at (nearly) the same bottleneck, contiguous
+// survivors, a consistent communicator split, and the paper's first-fit.
+#include "coordinator/core/repack.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "coordinator/core/measures.h"
+#include "coordinator/core/partition.h"
+
+namespace dynmo::core {
+namespace {
+
+PipelineModel Model(const std::vector<double>& times, int stages,
+                    int64_t bytes_per_layer = 100) {
+  PipelineModel m;
+  for (size_t i = 0; i < times.size(); ++i) {
+    LayerCost l;
+    l.id = static_cast<int>(i);
+    l.fwd_s = times[i];
+    l.resident_bytes = bytes_per_layer;
+    m.layers.push_back(l);
+  }
+  m.stages.assign(stages, StageSpec{});
+  return m;
+}
+
+TEST(RepackOptimal, OneHeavyLayerLetsTheOthersShareAStage) {
+  // The heavy layer bounds the bottleneck at 10 whatever we do; the light
+  // layers on either side of it (3 each) need a stage each, not two.
+  PipelineModel m = Model({1, 1, 1, 10, 1, 1, 1}, 4);
+  auto r = RepackOptimal(m, RepackOptions{});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->reference_bottleneck, 10.0);
+  EXPECT_EQ(r->bottleneck, 10.0);
+  EXPECT_EQ(r->active_stages.size(), 3u);
+  EXPECT_EQ(r->released_stages.size(), 1u);
+  EXPECT_EQ(r->boundaries, (Boundaries{0, 3, 4, 7}));
+}
+
+TEST(RepackOptimal, ZeroToleranceNeverLosesThroughput) {
+  std::mt19937_64 rng(5);
+  std::uniform_int_distribution<int> t(0, 12);
+  for (int trial = 0; trial < 300; ++trial) {
+    std::vector<double> times(2 + trial % 10);
+    for (double& x : times) x = t(rng);
+    const int k = 1 + trial % static_cast<int>(times.size());
+    PipelineModel m = Model(times, k);
+    auto r = RepackOptimal(m, RepackOptions{});
+    ASSERT_TRUE(r.ok()) << r.status();
+    auto full = OptimalBottleneck(m);
+    ASSERT_TRUE(full.ok());
+    EXPECT_LE(r->bottleneck, *full);
+    // Minimality: one stage fewer must lose throughput.
+    const int active = static_cast<int>(r->active_stages.size());
+    if (active > 1) {
+      PipelineModel fewer = m;
+      fewer.stages.resize(active - 1);
+      auto b = OptimalBottleneck(fewer);
+      ASSERT_TRUE(b.ok());
+      EXPECT_GT(*b, *full) << "trial " << trial;
+    }
+  }
+}
+
+TEST(RepackOptimal, ToleranceTradesThroughputForGpus) {
+  PipelineModel m = Model(std::vector<double>(8, 1.0), 4);
+  auto strict = RepackOptimal(m, RepackOptions{});
+  ASSERT_TRUE(strict.ok());
+  EXPECT_EQ(strict->active_stages.size(), 4u);
+  RepackOptions loose;
+  loose.tolerance = 1.0;  // bottleneck may double
+  auto r = RepackOptimal(m, loose);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->active_stages.size(), 2u);
+  EXPECT_EQ(r->bottleneck, 4.0);
+}
+
+TEST(RepackOptimal, SurvivorsAreContiguousAndSplitIsConsistent) {
+  PipelineModel m = Model({1, 1, 1, 10, 1, 1, 1}, 4);
+  auto r = RepackOptimal(m, RepackOptions{});
+  ASSERT_TRUE(r.ok());
+  for (size_t i = 1; i < r->active_stages.size(); ++i) {
+    EXPECT_EQ(r->active_stages[i], r->active_stages[i - 1] + 1);
+  }
+  ASSERT_EQ(r->split.size(), 4u);
+  int next_key = 0;
+  for (const CommSplit& c : r->split) {
+    const bool active = std::count(r->active_stages.begin(),
+                                   r->active_stages.end(), c.stage) > 0;
+    if (active) {
+      EXPECT_EQ(c.color, 0);
+      EXPECT_EQ(c.key, next_key++);
+    } else {
+      EXPECT_EQ(c.color, kReleasedColor);
+      EXPECT_EQ(c.key, -1);
+    }
+  }
+}
+
+TEST(RepackOptimal, MovesNoLayerOntoAReleasedStage) {
+  PipelineModel m = Model({1, 1, 1, 10, 1, 1, 1}, 4);
+  RepackOptions o;
+  o.current = Boundaries{0, 2, 3, 4, 7};
+  auto r = RepackOptimal(m, o);
+  ASSERT_TRUE(r.ok());
+  for (const LayerMigration& mv : r->migration.migrations) {
+    EXPECT_TRUE(std::count(r->active_stages.begin(), r->active_stages.end(),
+                           mv.to_stage))
+        << "layer " << mv.layer << " sent to released stage " << mv.to_stage;
+  }
+}
+
+TEST(RepackOptimal, MemoryCapsLimitPacking) {
+  PipelineModel m = Model(std::vector<double>(8, 0.0), 4);
+  for (auto& s : m.stages) s.capacity_bytes = 300;  // three layers a stage
+  auto r = RepackOptimal(m, RepackOptions{});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->active_stages.size(), 3u);
+  for (int64_t mem : StageMemoryUse(m, r->boundaries)) EXPECT_LE(mem, 300);
+}
+
+TEST(RepackOptimal, PacksMoreStagesThanLayers) {
+  PipelineModel m = Model({2, 2}, 5);
+  auto r = RepackOptimal(m, RepackOptions{});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->active_stages.size(), 2u);
+  EXPECT_EQ(r->released_stages.size(), 3u);
+}
+
+TEST(RepackOptimal, RejectsNegativeTolerance) {
+  RepackOptions o;
+  o.tolerance = -0.5;
+  EXPECT_FALSE(RepackOptimal(Model({1, 1}, 2), o).ok());
+}
+
+TEST(RepackFirstFit, MergesPairsThatFitOneGpu) {
+  PipelineModel m = Model(std::vector<double>(4, 1.0), 4);
+  for (auto& s : m.stages) s.capacity_bytes = 250;  // two layers fit
+  auto r = RepackFirstFit(m, {0, 1, 2, 3, 4}, 1);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->active_stages.size(), 2u);
+  EXPECT_EQ(r->released_stages.size(), 2u);
+  EXPECT_TRUE(r->contiguous);
+  EXPECT_EQ(r->migration.total_bytes, 200);
+}
+
+TEST(RepackFirstFit, ReportsBrokenLayerOrder) {
+  // Stage 0 cannot join stage 1 (too big together) but can join stage 2,
+  // which puts layer 0 after layers of stage 1: order broken.
+  PipelineModel m = Model(std::vector<double>(3, 1.0), 3);
+  m.layers[1].resident_bytes = 900;
+  for (auto& s : m.stages) s.capacity_bytes = 1000;
+  auto r = RepackFirstFit(m, {0, 1, 2, 3}, 1);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->contiguous);
+}
+
+TEST(RepackFirstFit, StopsAtTarget) {
+  PipelineModel m = Model(std::vector<double>(4, 1.0), 4);
+  auto r = RepackFirstFit(m, {0, 1, 2, 3, 4}, 3);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->active_stages.size(), 3u);
+}
+
+}  // namespace
+}  // namespace dynmo::core
