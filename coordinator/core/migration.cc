@@ -28,10 +28,21 @@ absl::StatusOr<MigrationPlan> PlanMigration(absl::Span<const LayerCost> layers,
         "model has ", layers.size()));
   }
   MigrationPlan plan;
-  // A stage takes part in at most one move per round; moves are placed in
-  // layer order at the first round after both endpoints' previous moves, so
-  // the list is one global order every rank can walk.
-  std::map<int, int> next_free_round;
+  // A stage takes part in at most one move per round: each move, in layer
+  // order, takes the first round in which both its endpoints are free.
+  std::map<int, std::vector<bool>> busy;  // stage -> round -> taken
+  std::map<int, int> first_free;          // every earlier round is taken
+  auto is_free = [&](int stage, int round) {
+    const std::vector<bool>& b = busy[stage];
+    return round >= static_cast<int>(b.size()) || !b[round];
+  };
+  auto take = [&](int stage, int round) {
+    std::vector<bool>& b = busy[stage];
+    if (round >= static_cast<int>(b.size())) b.resize(round + 1, false);
+    b[round] = true;
+    int& f = first_free[stage];
+    while (f < static_cast<int>(b.size()) && b[f]) ++f;
+  };
   for (size_t l = 0; l < layers.size(); ++l) {
     if (from[l] < 0 || to[l] < 0) {
       return absl::InvalidArgumentError(
@@ -43,8 +54,12 @@ absl::StatusOr<MigrationPlan> PlanMigration(absl::Span<const LayerCost> layers,
     m.from_stage = from[l];
     m.to_stage = to[l];
     m.bytes = layers[l].resident_bytes;
-    m.round = std::max(next_free_round[m.from_stage], next_free_round[m.to_stage]);
-    next_free_round[m.from_stage] = next_free_round[m.to_stage] = m.round + 1;
+    m.round = std::max(first_free[m.from_stage], first_free[m.to_stage]);
+    while (!is_free(m.from_stage, m.round) || !is_free(m.to_stage, m.round)) {
+      ++m.round;
+    }
+    take(m.from_stage, m.round);
+    take(m.to_stage, m.round);
     plan.total_bytes += m.bytes;
     plan.rounds = std::max(plan.rounds, m.round + 1);
     plan.migrations.push_back(m);

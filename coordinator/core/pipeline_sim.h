@@ -8,7 +8,10 @@
 // as the trainer's executor); an op starts when its stage is free and its
 // cross-stage dependency has arrived. For equal stages and zero transfer the
 // result equals the closed forms: GPipe and 1F1B take (m+p-1)(F+B+W), ZB-H1
-// takes m(F+B+W) + (p-1)(F+B-W) for m >= p.
+// takes m(F+B+W) + (p-1)(F+B-W) for m >= p and W <= F. When W > F no
+// schedule within 1F1B's activation memory reaches that: stage 0 holds p
+// forwards and then waits (p-1)B for its first gradient, so ZB-H1 takes
+// m(F+B+W) + (p-1)B.
 #ifndef DYNMO_COORDINATOR_CORE_PIPELINE_SIM_H_
 #define DYNMO_COORDINATOR_CORE_PIPELINE_SIM_H_
 
