@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The main job for now: build the decision-core tools, re-balance the shipped
-# example pipeline, re-pack it, and replay a dynamic-model scenario (early
-# exit, 48 layers on 24 stages) static vs DynMo through the simulator, with a
-# Gantt chart of the balanced pipeline in out/. Later issues replace this with
+# example pipeline, re-pack it, and replay two dynamic-model scenarios (layer
+# freezing and early exit, 48 layers on 4 stages) static vs DynMo through the
+# simulator, with a Gantt chart of a pipeline in out/. Later issues replace this with
 # a local multi-rank training run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +18,8 @@ echo "== dynmo-sim --schedule 1f1b --microbatches 8 --stage-times ... --svg out/
 build/bin/dynmo-sim --schedule 1f1b --microbatches 8 \
   --stage-times 0.028:0.056:0.028,0.026:0.052:0.026,0.027:0.054:0.027,0.019:0.037:0.019 \
   --svg out/1f1b.svg
-echo "== dynmo-sim --scenario early-exit --stages 24 --balancer optimal"
-build/bin/dynmo-sim --scenario early-exit --stages 24 --balancer optimal --trigger every:100
+echo "== dynmo-sim --scenario freezing --stages 4 --trigger on-change --bandwidth 25e9"
+build/bin/dynmo-sim --scenario freezing --stages 4 --balancer optimal --trigger on-change --bandwidth 25e9
+echo "== dynmo-sim --scenario early-exit --stages 4 --trigger every:10 --bandwidth 25e9"
+build/bin/dynmo-sim --scenario early-exit --stages 4 --balancer optimal --trigger every:10 --bandwidth 25e9
 echo "Gantt chart written to out/1f1b.svg"

@@ -1,0 +1,82 @@
+#include "coordinator/core/rebalance_trigger.h"
+
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+
+namespace dynmo::core {
+
+absl::StatusOr<RebalanceTrigger> ParseTrigger(absl::string_view text) {
+  RebalanceTrigger t;
+  absl::string_view rest = text;
+  if (absl::ConsumePrefix(&rest, "every:")) {
+    t.kind = RebalanceTrigger::Kind::kEvery;
+    if (!absl::SimpleAtoi(rest, &t.every) || t.every < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "trigger '", text, "' wants every:N with an integer N >= 1"));
+    }
+    return t;
+  }
+  if (absl::ConsumePrefix(&rest, "on-change")) {
+    t.kind = RebalanceTrigger::Kind::kOnChange;
+    if (rest.empty()) return t;
+    if (!absl::ConsumePrefix(&rest, ":") ||
+        !absl::SimpleAtod(rest, &t.threshold) || !std::isfinite(t.threshold) ||
+        t.threshold < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "trigger '", text,
+          "' wants on-change or on-change:T with a number T >= 0"));
+    }
+    return t;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown trigger '", text, "' (want every:N or on-change[:T])"));
+}
+
+std::string TriggerName(const RebalanceTrigger& trigger) {
+  if (trigger.kind == RebalanceTrigger::Kind::kEvery) {
+    return absl::StrCat("every:", trigger.every);
+  }
+  return absl::StrCat("on-change:", trigger.threshold);
+}
+
+absl::Status ValidateTrigger(const RebalanceTrigger& trigger) {
+  if (trigger.kind == RebalanceTrigger::Kind::kEvery && trigger.every < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("trigger every:N needs N >= 1, got ", trigger.every));
+  }
+  if (trigger.kind == RebalanceTrigger::Kind::kOnChange &&
+      !(std::isfinite(trigger.threshold) && trigger.threshold >= 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "trigger on-change needs a threshold >= 0, got ", trigger.threshold));
+  }
+  return absl::OkStatus();
+}
+
+double RelativeTimeChange(absl::Span<const LayerCost> reference,
+                          absl::Span<const LayerCost> now) {
+  double moved = 0, base = 0;
+  for (size_t i = 0; i < reference.size() && i < now.size(); ++i) {
+    moved += std::fabs(now[i].time_s() - reference[i].time_s());
+    base += reference[i].time_s();
+  }
+  if (moved == 0) return 0;
+  if (base == 0) return std::numeric_limits<double>::infinity();
+  return moved / base;
+}
+
+bool TriggerFires(const RebalanceTrigger& trigger,
+                  int iterations_since_decision, double change) {
+  switch (trigger.kind) {
+    case RebalanceTrigger::Kind::kEvery:
+      return iterations_since_decision >= trigger.every;
+    case RebalanceTrigger::Kind::kOnChange:
+      return change > trigger.threshold;
+  }
+  return false;
+}
+
+}  // namespace dynmo::core

@@ -1,0 +1,136 @@
+#include "coordinator/core/scenario.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/core/scenario_models.h"
+#include "coordinator/core/scenario_random.h"
+
+namespace dynmo::core {
+namespace {
+
+using scenario_internal::LayerLoad;
+using scenario_internal::LoadSeries;
+
+struct NamedScenario {
+  Scenario scenario;
+  const char* name;
+};
+constexpr NamedScenario kScenarios[] = {
+    {Scenario::kPruning, "pruning"},
+    {Scenario::kFreezing, "freezing"},
+    {Scenario::kSparseAttention, "sparse-attention"},
+    {Scenario::kEarlyExit, "early-exit"},
+    {Scenario::kMoE, "moe"},
+    {Scenario::kMoD, "mod"},
+};
+
+bool BadTime(double t) { return !std::isfinite(t) || t < 0; }
+
+LoadSeries LoadsOf(const ScenarioConfig& c) {
+  switch (c.scenario) {
+    case Scenario::kPruning:
+      return scenario_internal::PruningLoads(c);
+    case Scenario::kFreezing:
+      return scenario_internal::FreezingLoads(c);
+    case Scenario::kSparseAttention:
+      return scenario_internal::SparseAttentionLoads(c);
+    case Scenario::kEarlyExit:
+      return scenario_internal::EarlyExitLoads(c);
+    case Scenario::kMoE:
+      return scenario_internal::MoELoads(c);
+    case Scenario::kMoD:
+      return scenario_internal::MoDLoads(c);
+  }
+  return {};
+}
+
+// Seconds of one layer: the dense block's passes scaled by what survives of
+// each part of the block, times the profiler's jitter. Three jitter draws per
+// layer whether or not a pass runs, so a pass switching off (freezing) does
+// not reshuffle the noise of every later layer.
+TraceLayer Price(const ScenarioConfig& c, const LayerLoad& load,
+                 ScenarioRandom& jitter) {
+  const double a = c.attention_share;
+  const double matmuls = load.projections / 3 + 2 * load.mlp / 3;
+  const double fwd_or_bwd =
+      load.tokens * (a * load.attention + (1 - a) * matmuls);
+  const double wgrad = load.tokens * matmuls;
+  const double jf = std::exp(c.timing_noise * jitter.Normal());
+  const double jb = std::exp(c.timing_noise * jitter.Normal());
+  const double jw = std::exp(c.timing_noise * jitter.Normal());
+  TraceLayer t;
+  t.fwd_s = c.fwd_s * fwd_or_bwd * jf;
+  t.bwd_s = load.needs_input_grad ? c.bwd_s * fwd_or_bwd * jb : 0;
+  t.wgrad_s = load.needs_wgrad ? c.wgrad_s * wgrad * jw : 0;
+  t.mem_bytes = load.mem_bytes;
+  return t;
+}
+
+}  // namespace
+
+absl::StatusOr<Scenario> ParseScenario(absl::string_view name) {
+  for (const NamedScenario& s : kScenarios) {
+    if (name == s.name) return s.scenario;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown scenario '", name,
+      "' (want pruning, freezing, sparse-attention, early-exit, moe or mod)"));
+}
+
+std::string ScenarioName(Scenario scenario) {
+  for (const NamedScenario& s : kScenarios) {
+    if (s.scenario == scenario) return s.name;
+  }
+  return "unknown";
+}
+
+absl::Status ValidateScenarioConfig(const ScenarioConfig& c) {
+  if (c.layers < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("scenario layers must be >= 1, got ", c.layers));
+  }
+  if (c.iterations < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("scenario iterations must be >= 1, got ", c.iterations));
+  }
+  if (BadTime(c.fwd_s) || BadTime(c.bwd_s) || BadTime(c.wgrad_s)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "scenario base times must be finite and >= 0 (fwd=", c.fwd_s,
+        " bwd=", c.bwd_s, " wgrad=", c.wgrad_s, ")"));
+  }
+  if (!(c.attention_share >= 0 && c.attention_share <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "scenario attention_share must be in [0, 1], got ", c.attention_share));
+  }
+  // The caps keep every byte count (CSR adds 4 bytes per weight) in int64.
+  if (c.layer_params < 0 || c.layer_params > (int64_t{1} << 40) ||
+      c.bytes_per_param < 0 || c.bytes_per_param > 64) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "scenario layer_params must be in [0, 2^40] and bytes_per_param in "
+        "[0, 64], got ",
+        c.layer_params, " and ", c.bytes_per_param));
+  }
+  if (!(c.timing_noise >= 0 && c.timing_noise <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "scenario timing_noise must be in [0, 1], got ", c.timing_noise));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Trace> GenerateScenario(const ScenarioConfig& config) {
+  if (absl::Status s = ValidateScenarioConfig(config); !s.ok()) return s;
+  const LoadSeries loads = LoadsOf(config);
+  ScenarioRandom jitter(config.seed, scenario_internal::kJitterStream);
+  Trace trace(config.iterations);
+  for (int k = 0; k < config.iterations; ++k) {
+    trace[k].iter = k;
+    trace[k].layers.reserve(config.layers);
+    for (const LayerLoad& load : loads[k]) {
+      trace[k].layers.push_back(Price(config, load, jitter));
+    }
+  }
+  return trace;
+}
+
+}  // namespace dynmo::core

@@ -1,0 +1,243 @@
+// Runs the built dynmo-sim binary (found through DYNMO_BIN_DIR, which ctest
+// sets) and checks its documented contract: JSON on stdout, and for every
+// usage or input error exactly one line on stderr and exit status 2.
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+using Json = nlohmann::json;
+
+struct Outcome {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string TempPath(const std::string& name) {
+  return ::testing::TempDir() + "/dynmo_sim_cli_" + name;
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void WriteAll(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+class DynmoSimCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* dir = std::getenv("DYNMO_BIN_DIR");
+    if (dir == nullptr) GTEST_SKIP() << "DYNMO_BIN_DIR is not set (run ctest)";
+    binary_ = std::string(dir) + "/dynmo-sim";
+  }
+
+  Outcome Sim(const std::string& args) {
+    const std::string err_path = TempPath("stderr.txt");
+    const std::string command = binary_ + " " + args + " 2>" + err_path;
+    Outcome run;
+    FILE* pipe = popen(command.c_str(), "r");
+    if (pipe == nullptr) return run;
+    char buffer[4096];
+    size_t n;
+    while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) {
+      run.out.append(buffer, n);
+    }
+    const int status = pclose(pipe);
+    run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    run.err = ReadAll(err_path);
+    return run;
+  }
+
+  // The error contract: status 2, nothing on stdout, one line on stderr.
+  void ExpectUsageError(const std::string& args, const std::string& needle) {
+    Outcome run = Sim(args);
+    EXPECT_EQ(run.exit_code, 2) << args << "\nstderr: " << run.err;
+    EXPECT_EQ(run.out, "") << args;
+    EXPECT_THAT(run.err, StartsWith("dynmo-sim: ")) << args;
+    EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1)
+        << args << "\nstderr: " << run.err;
+    EXPECT_THAT(run.err, HasSubstr(needle)) << args;
+  }
+
+  Json SimJson(const std::string& args) {
+    Outcome run = Sim(args);
+    EXPECT_EQ(run.exit_code, 0) << args << "\nstderr: " << run.err;
+    return Json::parse(run.out, nullptr, /*allow_exceptions=*/false);
+  }
+
+  std::string binary_;
+};
+
+TEST_F(DynmoSimCliTest, EqualStagesMatchTheClosedForms) {
+  Json one = SimJson(
+      "--schedule 1f1b --microbatches 8 --stages 4 --fwd 1 --bwd 1 --wgrad 1");
+  ASSERT_TRUE(one.is_object());
+  EXPECT_DOUBLE_EQ(one["iteration_time"].get<double>(), 33.0);  // (m+p-1)*3
+  EXPECT_NEAR(one["bubble_ratio"].get<double>(), 3.0 / 11.0, 1e-12);
+  ASSERT_EQ(one["stage_idle"].size(), 4u);
+  EXPECT_DOUBLE_EQ(one["stage_idle"][0].get<double>(), 9.0);
+
+  Json zb = SimJson(
+      "--schedule zb-h1 --microbatches 8 --stages 4 --fwd 1 --bwd 1 --wgrad 1");
+  EXPECT_DOUBLE_EQ(zb["iteration_time"].get<double>(), 27.0);  // 8*3 + 3*1
+}
+
+TEST_F(DynmoSimCliTest, PerStageTimesAndCommAreAccepted) {
+  Json j = SimJson(
+      "--schedule gpipe --microbatches 4 --stage-times 1:1:1,2:2:2 --comm 0.5");
+  ASSERT_TRUE(j.is_object());
+  EXPECT_EQ(j["stage_idle"].size(), 2u);
+  EXPECT_GT(j["iteration_time"].get<double>(), 4 * 6.0);
+}
+
+TEST_F(DynmoSimCliTest, SvgFlagWritesAGanttChart) {
+  const std::string svg = TempPath("gantt.svg");
+  std::remove(svg.c_str());
+  Outcome run =
+      Sim("--schedule 1f1b --microbatches 4 --stages 2 --fwd 1 --bwd 2 "
+          "--wgrad 1 --svg " +
+          svg);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(ReadAll(svg), HasSubstr("<svg"));
+  EXPECT_THAT(run.out, HasSubstr("\"iteration_time\""));
+}
+
+TEST_F(DynmoSimCliTest, HelpExitsZero) {
+  Outcome run = Sim("--help");
+  EXPECT_EQ(run.exit_code, 0);
+  EXPECT_THAT(run.out, HasSubstr("usage: dynmo-sim"));
+}
+
+TEST_F(DynmoSimCliTest, SimulationUsageErrorsExitTwo) {
+  ExpectUsageError("", "--schedule is required");
+  ExpectUsageError(
+      "--schedule 2f2b --microbatches 4 --stages 2 --fwd 1 "
+      "--bwd 1 --wgrad 1",
+      "2f2b");
+  ExpectUsageError("--schedule 1f1b --stages 2 --fwd 1 --bwd 1 --wgrad 1",
+                   "--microbatches is required");
+  ExpectUsageError("--schedule 1f1b --microbatches 4 --fwd 1 --bwd 1 --wgrad 1",
+                   "--stages is required");
+  ExpectUsageError(
+      "--schedule 1f1b --microbatches 4 --stages 0 --fwd 1 "
+      "--bwd 1 --wgrad 1",
+      "--stages must be >= 1");
+  ExpectUsageError(
+      "--schedule 1f1b --microbatches 0 --stages 2 --fwd 1 "
+      "--bwd 1 --wgrad 1",
+      "--microbatches must be >= 1");
+  ExpectUsageError(
+      "--schedule 1f1b --microbatches 4 --stages 2 --fwd -1 "
+      "--bwd 1 --wgrad 1",
+      "--fwd must be >= 0");
+  ExpectUsageError(
+      "--schedule 1f1b --microbatches 4 --stages 2 --fwd nan "
+      "--bwd 1 --wgrad 1",
+      "--fwd");
+  ExpectUsageError("--schedule 1f1b --microbatches 4 --stage-times 1:1,2:2:2",
+                   "stage 0");
+  ExpectUsageError(
+      "--schedule 1f1b --microbatches 4 --stage-times 1:1:1,2:-2:2", "stage 1");
+  ExpectUsageError(
+      "--schedule 1f1b --microbatches 4 --stage-times 1:1:1 "
+      "--stages 1",
+      "not both");
+  ExpectUsageError(
+      "--schedule 1f1b --microbatches 4 --stages 2 --fwd 1 "
+      "--bwd 1 --wgrad 1 --frobnicate 3",
+      "unknown flag --frobnicate");
+  ExpectUsageError(
+      "--schedule 1f1b --microbatches 4 --stages 2 --fwd 1 "
+      "--bwd 1 --wgrad 1 --trigger every:2",
+      "--trigger only applies");
+  ExpectUsageError(
+      "--schedule 1f1b --microbatches 4 --stages 2 --fwd 1 "
+      "--bwd 1 --wgrad 1 stray",
+      "unexpected argument 'stray'");
+}
+
+TEST_F(DynmoSimCliTest, ScenarioReplayPrintsTheSummary) {
+  Json j = SimJson(
+      "--scenario early-exit --stages 4 --layers 16 "
+      "--iterations 30 --seed 3 --trigger every:10");
+  ASSERT_TRUE(j.is_object());
+  EXPECT_EQ(j["source"], "scenario:early-exit");
+  EXPECT_EQ(j["layers"], 16);
+  EXPECT_EQ(j["iterations"], 30);
+  EXPECT_EQ(j["decisions"], 2);  // after iterations 9 and 19
+  for (const char* key :
+       {"static_total_s", "dynamic_total_s", "speedup", "rebalances",
+        "moved_bytes", "migration_s", "final_boundaries"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+  }
+  EXPECT_TRUE(j["mean_imbalance"].contains("static"));
+  EXPECT_TRUE(j["mean_bubble_ratio"].contains("dynamic"));
+  EXPECT_EQ(j["final_boundaries"].size(), 5u);
+}
+
+TEST_F(DynmoSimCliTest, WrittenTraceReplaysToTheSameNumbers) {
+  const std::string trace = TempPath("freezing.jsonl");
+  Json generated = SimJson(
+      "--scenario freezing --stages 3 --layers 12 "
+      "--iterations 40 --write-trace " +
+      trace);
+  Json replayed = SimJson("--trace " + trace + " --stages 3");
+  ASSERT_TRUE(generated.is_object() && replayed.is_object());
+  EXPECT_EQ(replayed["source"], "trace:" + trace);
+  for (const char* key : {"static_total_s", "dynamic_total_s", "rebalances",
+                          "moved_bytes", "final_boundaries"}) {
+    EXPECT_EQ(replayed[key], generated[key]) << key;
+  }
+}
+
+TEST_F(DynmoSimCliTest, ReplayUsageAndInputErrorsExitTwo) {
+  const std::string bad_json = TempPath("bad.jsonl");
+  WriteAll(bad_json,
+           "{\"iter\":0,\"layers\":[{\"fwd\":1,\"bwd\":1,\"wgrad\":1}]}\n"
+           "{\"iter\":1,\"layers\":[{\"fwd\":1,\n");
+  ExpectUsageError("--trace " + bad_json + " --stages 1", "line 2");
+  const std::string negative = TempPath("negative.jsonl");
+  WriteAll(negative,
+           "{\"iter\":0,\"layers\":[{\"fwd\":1,\"bwd\":-1,\"wgrad\":1}]}\n");
+  ExpectUsageError("--trace " + negative + " --stages 1", "line 1");
+  ExpectUsageError("--trace " + TempPath("missing.jsonl") + " --stages 1",
+                   "cannot read");
+  ExpectUsageError("--scenario moe", "--stages is required");
+  ExpectUsageError("--scenario moe --stages 0", "--stages must be >= 1");
+  ExpectUsageError("--scenario dropout --stages 2", "unknown scenario");
+  ExpectUsageError("--scenario moe --stages 2 --trace " + negative,
+                   "exactly one of");
+  ExpectUsageError("--scenario moe --stages 2 --fwd 1", "--fwd does not apply");
+  ExpectUsageError("--trace " + negative + " --stages 1 --seed 4",
+                   "--seed only applies with --scenario");
+  ExpectUsageError("--scenario moe --stages 2 --trigger sometimes",
+                   "unknown trigger");
+  ExpectUsageError("--scenario moe --stages 2 --balancer fastest", "fastest");
+  ExpectUsageError("--scenario moe --stages 2 --schedule 3f", "3f");
+  ExpectUsageError("--scenario moe --stages 9 --layers 8", "9 stages");
+  ExpectUsageError("--scenario moe --stages 2 --bandwidth -5",
+                   "--bandwidth must be >= 0");
+  ExpectUsageError("--scenario moe --stages 2 --seed -1", "--seed");
+  ExpectUsageError("--scenario moe --stages 2 --iterations 0",
+                   "--iterations must be >= 1");
+}
+
+}  // namespace
