@@ -8,6 +8,7 @@
 #include <fstream>
 #include <string>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "nlohmann/json.hpp"
 
@@ -25,8 +26,10 @@ std::string BinDir() {
 
 // Runs dynmo-plan with `args`, feeding `input` on stdin.
 PlanRun Plan(const std::string& args, const std::string& input) {
-  const std::string dir = ::testing::TempDir();
-  const std::string in = dir + "/plan_in.json", err = dir + "/plan_err.txt";
+  // ctest runs each test as its own process in parallel: keep files apart.
+  const std::string dir =
+      ::testing::TempDir() + "/dynmo_plan_cli_" + std::to_string(getpid());
+  const std::string in = dir + "_in.json", err = dir + "_err.txt";
   std::ofstream(in) << input;
   const std::string cmd = BinDir() + "/dynmo-plan " + args + " < " + in +
                           " 2> " + err;
@@ -93,7 +96,8 @@ TEST(DynmoPlanCli, FirstFitBaselineRuns) {
 }
 
 TEST(DynmoPlanCli, ReadsAProblemFile) {
-  const std::string path = ::testing::TempDir() + "/problem_file.json";
+  const std::string path = ::testing::TempDir() + "/problem_file_" +
+                           std::to_string(getpid()) + ".json";
   std::ofstream(path) << kProblem;
   PlanRun r = Plan("--method time " + path, "");
   ASSERT_EQ(r.status, 0) << r.err;

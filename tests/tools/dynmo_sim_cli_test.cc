@@ -2,6 +2,7 @@
 // sets) and checks its documented contract: JSON on stdout, and for every
 // usage or input error exactly one line on stderr and exit status 2.
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -27,7 +28,9 @@ struct Outcome {
 };
 
 std::string TempPath(const std::string& name) {
-  return ::testing::TempDir() + "/dynmo_sim_cli_" + name;
+  // ctest runs each test as its own process in parallel: keep files apart.
+  return ::testing::TempDir() + "/dynmo_sim_cli_" + std::to_string(getpid()) +
+         "_" + name;
 }
 
 std::string ReadAll(const std::string& path) {
