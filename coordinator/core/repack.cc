@@ -97,7 +97,9 @@ absl::StatusOr<RepackResult> RepackOptimal(const PipelineModel& model,
       absl::StatusOr<double> b = OptimalBottleneck(Window(model, 0, count));
       if (!b.ok() || *b > limit) continue;
     }
-    for (int first = 0; first + count <= k; ++first) {
+    // Identical stages and nothing placed yet: every window is the same.
+    const int last_first = (homogeneous && !current) ? 0 : k - count;
+    for (int first = 0; first <= last_first; ++first) {
       absl::StatusOr<Candidate> cand = SolveWindow(model, current, first, count);
       if (!cand.ok() || cand->part.bottleneck > limit) continue;
       if (!chosen || cand->part.bottleneck < chosen->part.bottleneck ||
