@@ -6,7 +6,8 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libabsl-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  prometheus-cpp-dev prometheus
+  prometheus-cpp-dev prometheus openssl
+  python3 python3-yaml
 )
 missing=()
 for p in "${packages[@]}"; do

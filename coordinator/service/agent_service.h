@@ -1,0 +1,36 @@
+// AgentServiceImpl: the dynmo.v1.AgentService over the Coordinator, on the
+// gRPC callback API so that thousands of open Session streams cost no
+// threads. Register validates and registers one rank. Session: the first
+// message must be `hello` naming a registered rank; then reports and acks
+// flow up and plan messages down. A malformed message ends the stream with
+// INVALID_ARGUMENT (or the job's FAILED_PRECONDITION / NOT_FOUND) and leaves
+// the job unchanged; the agent reconnects.
+#ifndef DYNMO_COORDINATOR_SERVICE_AGENT_SERVICE_H_
+#define DYNMO_COORDINATOR_SERVICE_AGENT_SERVICE_H_
+
+#include "coordinator/service/coordinator.h"
+#include "dynmo/v1/agent.grpc.pb.h"
+
+namespace dynmo::service {
+
+class AgentServiceImpl final : public dynmo::v1::AgentService::CallbackService {
+ public:
+  explicit AgentServiceImpl(Coordinator* coordinator)
+      : coordinator_(coordinator) {}
+
+  grpc::ServerUnaryReactor* Register(
+      grpc::CallbackServerContext* context,
+      const dynmo::v1::RegisterRequest* request,
+      dynmo::v1::RegisterResponse* response) override;
+
+  grpc::ServerBidiReactor<dynmo::v1::AgentMessage,
+                          dynmo::v1::CoordinatorMessage>*
+  Session(grpc::CallbackServerContext* context) override;
+
+ private:
+  Coordinator* coordinator_;
+};
+
+}  // namespace dynmo::service
+
+#endif  // DYNMO_COORDINATOR_SERVICE_AGENT_SERVICE_H_

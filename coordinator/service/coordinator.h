@@ -1,0 +1,64 @@
+// Coordinator: the service's state without its transport. Owns the state
+// keeper (crash-safe snapshot), the released pool, the job registry, the
+// metrics and the decision thread that ticks every job (timeouts, measures,
+// triggers). The gRPC services (agent_service.h, scheduler_service.h,
+// operator_service.h) are thin adapters over it, and tests can drive it
+// directly. Thread-safe.
+#ifndef DYNMO_COORDINATOR_SERVICE_COORDINATOR_H_
+#define DYNMO_COORDINATOR_SERVICE_COORDINATOR_H_
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "coordinator/service/job_registry.h"
+#include "coordinator/service/metrics.h"
+#include "coordinator/service/released_pool.h"
+#include "coordinator/service/state_store.h"
+
+namespace dynmo::service {
+
+struct CoordinatorOptions {
+  std::string state_dir;  // empty: nothing survives a restart
+  JobOptions job;
+  int max_jobs = 1024;
+  absl::Duration tick = absl::Milliseconds(20);
+};
+
+class Coordinator {
+ public:
+  // Loads the state dir (if any) and starts the decision thread.
+  static absl::StatusOr<std::unique_ptr<Coordinator>> Create(
+      const CoordinatorOptions& options);
+  ~Coordinator();
+
+  JobRegistry& jobs() { return registry_; }
+  ReleasedPool& pool() { return pool_; }
+  CoordinatorMetrics& metrics() { return metrics_; }
+  StateKeeper& keeper() { return keeper_; }
+
+  // Runs one decision round over every job now (tests; the thread does it
+  // every `tick`).
+  void TickAll(absl::Time now);
+  // Stops the decision thread and wakes pool watchers. Idempotent.
+  void Stop();
+
+ private:
+  explicit Coordinator(const CoordinatorOptions& options);
+  void Loop();
+
+  const CoordinatorOptions options_;
+  StateKeeper keeper_;
+  CoordinatorMetrics metrics_;
+  ReleasedPool pool_;
+  JobRegistry registry_;
+  absl::Notification stop_;
+  std::thread thread_;
+};
+
+}  // namespace dynmo::service
+
+#endif  // DYNMO_COORDINATOR_SERVICE_COORDINATOR_H_

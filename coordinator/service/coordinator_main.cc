@@ -1,0 +1,125 @@
+// dynmo-coordinator: the DynMo coordinator daemon. Serves the agent,
+// scheduler and operator gRPC APIs for many jobs, exposes Prometheus
+// metrics, and keeps its durable state in --state_dir. See
+// coordinator/service/README.md and docs/protocol.md.
+#include <pthread.h>
+#include <signal.h>
+
+#include <csignal>
+#include <cstdio>
+#include <string>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "coordinator/core/partition.h"
+#include "coordinator/service/policy.h"
+#include "coordinator/service/server.h"
+
+ABSL_FLAG(std::string, listen, "0.0.0.0:50051", "gRPC listen address");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "Prometheus /metrics listen address (empty: off), e.g. :9464");
+ABSL_FLAG(std::string, state_dir, "",
+          "directory for the crash-safe state (empty: in memory only)");
+ABSL_FLAG(std::string, balancer, "optimal",
+          "uniform|parameters|time|optimal|diffusion");
+ABSL_FLAG(std::string, trigger, "auto", "every:N | on-event | auto | manual");
+ABSL_FLAG(bool, repack, false, "re-pack onto fewer GPUs when possible");
+ABSL_FLAG(double, repack_tolerance, 0.0,
+          "bottleneck loss re-packing may accept, relative (0.05 = 5%)");
+ABSL_FLAG(std::string, tls_cert, "", "PEM server certificate (enables TLS)");
+ABSL_FLAG(std::string, tls_key, "", "PEM server key");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA for client certificates (enables mutual TLS)");
+ABSL_FLAG(std::string, token_file, "",
+          "file holding the bearer token required on scheduler and operator "
+          "RPCs (empty: not required)");
+ABSL_FLAG(int, plan_lead_iterations, 10,
+          "a plan applies this many iterations after the newest report");
+ABSL_FLAG(double, prepare_timeout_s, 10, "abort a plan not prepared by then");
+ABSL_FLAG(int, auto_horizon_iterations, 200,
+          "auto trigger: iterations over which a gain must pay back");
+ABSL_FLAG(double, migration_bandwidth, 10e9,
+          "auto trigger: bytes/s assumed for layer migration");
+ABSL_FLAG(int, max_jobs, 1024, "jobs served at most");
+ABSL_FLAG(int, max_message_bytes, 4 << 20, "largest accepted gRPC message");
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "dynmo-coordinator --listen ADDR [--metrics_listen ADDR] "
+      "[--state_dir DIR] [--trigger every:N|on-event|auto|manual] ...");
+  absl::ParseCommandLine(argc, argv);
+  using namespace dynmo;
+  // Block SIGINT/SIGTERM before any thread starts (threads inherit the mask)
+  // and take them synchronously with sigwait below: no handler, no races.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  service::ServerOptions opts;
+  opts.listen = absl::GetFlag(FLAGS_listen);
+  opts.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  opts.tls = {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
+              absl::GetFlag(FLAGS_tls_client_ca)};
+  opts.token_file = absl::GetFlag(FLAGS_token_file);
+  opts.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  opts.coordinator.state_dir = absl::GetFlag(FLAGS_state_dir);
+  opts.coordinator.max_jobs = absl::GetFlag(FLAGS_max_jobs);
+  service::JobOptions& job = opts.coordinator.job;
+  absl::StatusOr<core::PartitionMethod> balancer =
+      core::ParsePartitionMethod(absl::GetFlag(FLAGS_balancer));
+  absl::StatusOr<service::Trigger> trigger =
+      service::ParseTrigger(absl::GetFlag(FLAGS_trigger));
+  if (!balancer.ok() || !trigger.ok()) {
+    std::fprintf(stderr, "dynmo-coordinator: %s\n",
+                 (!balancer.ok() ? balancer.status() : trigger.status())
+                     .ToString()
+                     .c_str());
+    return 2;
+  }
+  const double tolerance = absl::GetFlag(FLAGS_repack_tolerance);
+  if (!(tolerance >= 0 && tolerance <= 10)) {
+    std::fprintf(stderr, "dynmo-coordinator: --repack_tolerance in [0, 10]\n");
+    return 2;
+  }
+  job.default_policy.balancer = *balancer;
+  job.default_policy.trigger = *trigger;
+  job.default_policy.repack = absl::GetFlag(FLAGS_repack);
+  job.default_policy.repack_tolerance = tolerance;
+  job.plan_lead_iterations = absl::GetFlag(FLAGS_plan_lead_iterations);
+  job.prepare_timeout = absl::Seconds(absl::GetFlag(FLAGS_prepare_timeout_s));
+  job.auto_options.horizon_iterations =
+      absl::GetFlag(FLAGS_auto_horizon_iterations);
+  job.auto_options.bandwidth_bytes_per_s =
+      absl::GetFlag(FLAGS_migration_bandwidth);
+  if (job.plan_lead_iterations < 2) {
+    std::fprintf(stderr, "dynmo-coordinator: --plan_lead_iterations >= 2\n");
+    return 2;
+  }
+
+  absl::StatusOr<std::unique_ptr<service::CoordinatorServer>> server =
+      service::CoordinatorServer::Start(opts);
+  if (!server.ok()) {
+    std::fprintf(stderr, "dynmo-coordinator: %s\n",
+                 server.status().ToString().c_str());
+    return 1;
+  }
+  std::printf("dynmo-coordinator listening on %s (port %d)%s\n",
+              opts.listen.c_str(), (*server)->port(),
+              (*server)->metrics_port() > 0
+                  ? absl::StrCat(", metrics on port ",
+                                 (*server)->metrics_port())
+                        .c_str()
+                  : "");
+  std::fflush(stdout);
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  std::printf("dynmo-coordinator: signal %d, shutting down\n", sig);
+  (*server)->Shutdown();
+  return 0;
+}

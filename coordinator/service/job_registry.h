@@ -1,0 +1,48 @@
+// JobRegistry: the coordinator's jobs by name. A job is created by the first
+// rank that registers with a new name (or restored from the state dir) and
+// lives as long as the coordinator. Thread-safe; the registry's lock is only
+// held to look a job up, never while a job does work.
+#ifndef DYNMO_COORDINATOR_SERVICE_JOB_REGISTRY_H_
+#define DYNMO_COORDINATOR_SERVICE_JOB_REGISTRY_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "coordinator/service/job_state.h"
+
+namespace dynmo::service {
+
+class JobRegistry {
+ public:
+  JobRegistry(const JobOptions& options, JobDeps deps, int max_jobs)
+      : options_(options), deps_(deps), max_jobs_(max_jobs) {}
+
+  // Recreates the jobs of a snapshot (once, before serving).
+  void Restore(const dynmo::v1::CoordinatorState& state);
+
+  // Validates the request, creates the job on first sight, registers the
+  // rank. RESOURCE_EXHAUSTED when the job limit is reached.
+  absl::StatusOr<std::shared_ptr<JobState>> Register(
+      const dynmo::v1::RegisterRequest& request,
+      dynmo::v1::RegisterResponse* response);
+
+  // NOT_FOUND names the job.
+  absl::StatusOr<std::shared_ptr<JobState>> Find(const std::string& name) const;
+  std::vector<std::shared_ptr<JobState>> All() const;
+
+ private:
+  const JobOptions options_;
+  const JobDeps deps_;
+  const int max_jobs_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::shared_ptr<JobState>> jobs_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace dynmo::service
+
+#endif  // DYNMO_COORDINATOR_SERVICE_JOB_REGISTRY_H_

@@ -1,0 +1,118 @@
+#include "coordinator/service/metrics.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace dynmo::service {
+
+CoordinatorMetrics::CoordinatorMetrics()
+    : registry_(std::make_shared<prometheus::Registry>()) {
+  auto& r = *registry_;
+  stage_load_ = &prometheus::BuildGauge()
+                     .Name("dynmo_stage_load_seconds")
+                     .Help("Measured seconds per micro-batch of each active "
+                           "pipeline stage under the current layout.")
+                     .Register(r);
+  imbalance_ = &prometheus::BuildGauge()
+                    .Name("dynmo_imbalance_ratio")
+                    .Help("Load imbalance (max - min) / mean of the stages.")
+                    .Register(r);
+  bottleneck_ = &prometheus::BuildGauge()
+                     .Name("dynmo_bottleneck_seconds")
+                     .Help("Slowest stage's seconds per micro-batch.")
+                     .Register(r);
+  lower_bound_ = &prometheus::BuildGauge()
+                      .Name("dynmo_bottleneck_lower_bound_seconds")
+                      .Help("No layout can have a bottleneck below this.")
+                      .Register(r);
+  bubble_ = &prometheus::BuildGauge()
+                 .Name("dynmo_predicted_bubble_ratio")
+                 .Help("Idle fraction the pipeline simulator predicts.")
+                 .Register(r);
+  gpus_ = &prometheus::BuildGauge()
+               .Name("dynmo_gpus")
+               .Help("GPUs of the job by state (active or released).")
+               .Register(r);
+  plans_ = &prometheus::BuildCounter()
+                .Name("dynmo_plans_total")
+                .Help("Plans by outcome (issued, applied, aborted).")
+                .Register(r);
+  migrated_ = &prometheus::BuildCounter()
+                   .Name("dynmo_migrated_bytes_total")
+                   .Help("Resident bytes moved by applied plans.")
+                   .Register(r);
+  reports_ = &prometheus::BuildCounter()
+                  .Name("dynmo_reports_total")
+                  .Help("Iteration reports received.")
+                  .Register(r);
+  rpc_errors_ = &prometheus::BuildCounter()
+                     .Name("dynmo_rpc_errors_total")
+                     .Help("RPCs that ended with a non-OK status.")
+                     .Register(r);
+  decision_latency_ =
+      &prometheus::BuildHistogram()
+           .Name("dynmo_decision_latency_seconds")
+           .Help("Time to compute one rebalancing decision.")
+           .Register(r)
+           .Add({}, prometheus::Histogram::BucketBoundaries{
+                        1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1,
+                        0.3, 1});
+}
+
+void CoordinatorMetrics::RpcError(const std::string& method,
+                                  const std::string& code) {
+  rpc_errors_->Add({{"method", method}, {"code", code}}).Increment();
+}
+
+JobMetrics::JobMetrics(CoordinatorMetrics* owner, const std::string& job)
+    : owner_(owner), job_(job) {
+  imbalance_ = &owner->imbalance_->Add({{"job", job}});
+  bottleneck_ = &owner->bottleneck_->Add({{"job", job}});
+  lower_bound_ = &owner->lower_bound_->Add({{"job", job}});
+  bubble_ = &owner->bubble_->Add({{"job", job}});
+  gpus_active_ = &owner->gpus_->Add({{"job", job}, {"state", "active"}});
+  gpus_released_ = &owner->gpus_->Add({{"job", job}, {"state", "released"}});
+  issued_ = &owner->plans_->Add({{"job", job}, {"outcome", "issued"}});
+  applied_ = &owner->plans_->Add({{"job", job}, {"outcome", "applied"}});
+  aborted_ = &owner->plans_->Add({{"job", job}, {"outcome", "aborted"}});
+  migrated_ = &owner->migrated_->Add({{"job", job}});
+  reports_ = &owner->reports_->Add({{"job", job}});
+}
+
+void JobMetrics::SetStageLoads(absl::Span<const int> stages,
+                               absl::Span<const double> loads) {
+  absl::MutexLock lock(&mu_);
+  // Re-packing shrinks the pipeline: drop the series of stages that left.
+  for (auto it = stage_loads_.begin(); it != stage_loads_.end();) {
+    bool present = false;
+    for (int s : stages) present = present || s == it->first;
+    if (present) {
+      ++it;
+    } else {
+      owner_->stage_load_->Remove(it->second);
+      it = stage_loads_.erase(it);
+    }
+  }
+  for (size_t i = 0; i < stages.size() && i < loads.size(); ++i) {
+    prometheus::Gauge*& g = stage_loads_[stages[i]];
+    if (g == nullptr) {
+      g = &owner_->stage_load_->Add(
+          {{"job", job_}, {"stage", absl::StrCat(stages[i])}});
+    }
+    g->Set(loads[i]);
+  }
+}
+
+void JobMetrics::SetMeasures(double imbalance, double bottleneck_s,
+                             double lower_bound_s, double bubble_ratio) {
+  imbalance_->Set(imbalance);
+  bottleneck_->Set(bottleneck_s);
+  lower_bound_->Set(lower_bound_s);
+  bubble_->Set(bubble_ratio);
+}
+
+void JobMetrics::SetGpus(int active, int released) {
+  gpus_active_->Set(active);
+  gpus_released_->Set(released);
+}
+
+}  // namespace dynmo::service

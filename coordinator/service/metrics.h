@@ -1,0 +1,94 @@
+// CoordinatorMetrics: the Prometheus metrics of one coordinator, on one
+// prometheus::Registry that an Exposer serves at /metrics. Per-job series
+// (label `job`) are created when a job first registers: stage loads
+// (dynmo_stage_load_seconds{job,stage}), imbalance, bottleneck and its lower
+// bound, predicted bubble ratio, plans by outcome, migrated bytes, GPUs by
+// state, reports. Process-wide: RPC errors by method and code, and the
+// decision latency histogram. prometheus-cpp metrics are thread-safe, so the
+// handles may be used without the coordinator's locks.
+#ifndef DYNMO_COORDINATOR_SERVICE_METRICS_H_
+#define DYNMO_COORDINATOR_SERVICE_METRICS_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace dynmo::service {
+
+class CoordinatorMetrics;
+
+// The series of one job. Thread-safe.
+class JobMetrics {
+ public:
+  JobMetrics(CoordinatorMetrics* owner, const std::string& job);
+
+  // Loads of the active stages; `stages` are their original stage ids.
+  void SetStageLoads(absl::Span<const int> stages,
+                     absl::Span<const double> loads);
+  void SetMeasures(double imbalance, double bottleneck_s, double lower_bound_s,
+                   double bubble_ratio);
+  void SetGpus(int active, int released);
+  void PlanIssued() { issued_->Increment(); }
+  void PlanApplied() { applied_->Increment(); }
+  void PlanAborted() { aborted_->Increment(); }
+  void Migrated(double bytes) { migrated_->Increment(bytes); }
+  void Report() { reports_->Increment(); }
+
+ private:
+  CoordinatorMetrics* owner_;
+  std::string job_;
+  absl::Mutex mu_;
+  std::map<int, prometheus::Gauge*> stage_loads_ ABSL_GUARDED_BY(mu_);
+  prometheus::Gauge* imbalance_;
+  prometheus::Gauge* bottleneck_;
+  prometheus::Gauge* lower_bound_;
+  prometheus::Gauge* bubble_;
+  prometheus::Gauge* gpus_active_;
+  prometheus::Gauge* gpus_released_;
+  prometheus::Counter* issued_;
+  prometheus::Counter* applied_;
+  prometheus::Counter* aborted_;
+  prometheus::Counter* migrated_;
+  prometheus::Counter* reports_;
+};
+
+class CoordinatorMetrics {
+ public:
+  CoordinatorMetrics();
+
+  std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
+  std::unique_ptr<JobMetrics> ForJob(const std::string& job) {
+    return std::make_unique<JobMetrics>(this, job);
+  }
+  // Counts a failed RPC; `code` is the grpc::StatusCode name.
+  void RpcError(const std::string& method, const std::string& code);
+  void DecisionLatency(double seconds) { decision_latency_->Observe(seconds); }
+
+ private:
+  friend class JobMetrics;
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Family<prometheus::Gauge>* stage_load_;
+  prometheus::Family<prometheus::Gauge>* imbalance_;
+  prometheus::Family<prometheus::Gauge>* bottleneck_;
+  prometheus::Family<prometheus::Gauge>* lower_bound_;
+  prometheus::Family<prometheus::Gauge>* bubble_;
+  prometheus::Family<prometheus::Gauge>* gpus_;
+  prometheus::Family<prometheus::Counter>* plans_;
+  prometheus::Family<prometheus::Counter>* migrated_;
+  prometheus::Family<prometheus::Counter>* reports_;
+  prometheus::Family<prometheus::Counter>* rpc_errors_;
+  prometheus::Histogram* decision_latency_;
+};
+
+}  // namespace dynmo::service
+
+#endif  // DYNMO_COORDINATOR_SERVICE_METRICS_H_

@@ -1,0 +1,93 @@
+// Policy: when a job rebalances and with what. A Policy names the balancer
+// (a core::PartitionMethod), the trigger and whether to re-pack onto fewer
+// GPUs. Triggers:
+//
+//   every:N   decide every N iterations (the paper's fixed frequency)
+//   on-event  decide after a report flagged "the model changed"
+//   auto      decide whenever new data arrives, but issue a plan only when the
+//             predicted bottleneck gain over a horizon pays back the
+//             predicted migration time (bytes / bandwidth), by a margin, for
+//             several consecutive evaluations, and not within a cool-down
+//             after the last plan. Margin + confirmations + cool-down are the
+//             hysteresis that keeps noise from making it thrash.
+//   manual    only the operator's Rebalance RPC decides.
+//
+// EvaluateAuto is a pure function; AutoGate holds the hysteresis state of one
+// job and is thread-compatible (the job's lock guards it).
+#ifndef DYNMO_COORDINATOR_SERVICE_POLICY_H_
+#define DYNMO_COORDINATOR_SERVICE_POLICY_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "coordinator/core/partition.h"
+
+namespace dynmo::service {
+
+struct Trigger {
+  enum class Kind { kEvery, kOnEvent, kAuto, kManual };
+  Kind kind = Kind::kAuto;
+  int every_iterations = 0;  // kEvery only, >= 1
+};
+
+// Parses "every:N" (N >= 1), "on-event", "auto" or "manual".
+absl::StatusOr<Trigger> ParseTrigger(absl::string_view text);
+std::string TriggerName(const Trigger& trigger);
+
+struct Policy {
+  core::PartitionMethod balancer = core::PartitionMethod::kOptimal;
+  Trigger trigger;
+  bool repack = false;
+  double repack_tolerance = 0;  // >= 0, relative bottleneck loss allowed
+};
+
+// Knobs of the auto trigger; the defaults are deliberately conservative.
+struct AutoOptions {
+  int horizon_iterations = 200;           // how long a gain is counted
+  double bandwidth_bytes_per_s = 10e9;    // migration link
+  double payback_margin = 2.0;            // gain must be >= margin * cost
+  double min_relative_gain = 0.05;        // and >= 5% of the bottleneck
+  int confirmations = 3;                  // consecutive positive verdicts
+  int cooldown_iterations = 20;           // after a plan was issued
+};
+
+struct AutoInput {
+  double current_bottleneck_s = 0;    // per micro-batch
+  double candidate_bottleneck_s = 0;  // per micro-batch
+  int64_t migration_bytes = 0;
+  int microbatches = 1;
+};
+
+struct AutoVerdict {
+  bool pays_back = false;
+  double gain_s = 0;       // saved over the horizon
+  double migration_s = 0;  // predicted cost of moving the layers
+  std::string why;
+};
+
+// Returns whether moving to the candidate pays back over the horizon.
+AutoVerdict EvaluateAuto(const AutoOptions& options, const AutoInput& input);
+
+// The hysteresis of one job's auto trigger.
+class AutoGate {
+ public:
+  explicit AutoGate(const AutoOptions& options) : options_(options) {}
+
+  // Feeds the verdict of an evaluation at `iteration`; returns true when a
+  // plan should be issued now (enough consecutive positive verdicts and the
+  // cool-down has passed).
+  bool Observe(const AutoVerdict& verdict, int64_t iteration);
+  // Starts the cool-down and clears the confirmations.
+  void OnPlanIssued(int64_t iteration);
+
+ private:
+  AutoOptions options_;
+  int streak_ = 0;
+  int64_t last_plan_iteration_ = -1;
+};
+
+}  // namespace dynmo::service
+
+#endif  // DYNMO_COORDINATOR_SERVICE_POLICY_H_

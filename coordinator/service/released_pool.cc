@@ -1,0 +1,216 @@
+#include "coordinator/service/released_pool.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace dynmo::service {
+namespace {
+
+constexpr size_t kMaxEvents = 4096;
+constexpr size_t kMaxIdsPerCall = 4096;
+
+bool LeaseExpired(const dynmo::v1::ReleasedGpu& g, absl::Time now) {
+  return absl::FromUnixMillis(g.claimed_unix_ms()) +
+             absl::Seconds(g.lease_seconds()) <=
+         now;
+}
+
+}  // namespace
+
+void ReleasedPool::Restore(const dynmo::v1::CoordinatorState& state) {
+  absl::MutexLock lock(&mu_);
+  gpus_.assign(state.pool().begin(), state.pool().end());
+  next_id_ = state.next_gpu_id() > 0 ? state.next_gpu_id() : 1;
+}
+
+void ReleasedPool::RecordLocked(dynmo::v1::ReleasedEvent::Kind kind,
+                                const dynmo::v1::ReleasedGpu& gpu) {
+  Event e;
+  e.seq = ++last_seq_;
+  e.event.set_kind(kind);
+  *e.event.mutable_gpu() = gpu;
+  events_.push_back(std::move(e));
+  while (events_.size() > kMaxEvents) events_.pop_front();
+}
+
+absl::Status ReleasedPool::CommitLocked() {
+  keeper_->PutPool(gpus_, next_id_);
+  return keeper_->Commit();
+}
+
+absl::Status ReleasedPool::Add(std::vector<dynmo::v1::ReleasedGpu> gpus) {
+  absl::MutexLock lock(&mu_);
+  std::vector<dynmo::v1::ReleasedGpu> added;
+  for (auto& g : gpus) {
+    bool known = false;
+    for (const auto& h : gpus_) {
+      known = known || (h.job() == g.job() && h.epoch() == g.epoch() &&
+                        h.rank() == g.rank());
+    }
+    if (known) continue;
+    g.set_id(absl::StrCat("gpu-", next_id_++));
+    g.set_state(dynmo::v1::ReleasedGpu::FREE);
+    added.push_back(g);
+  }
+  if (added.empty()) return absl::OkStatus();
+  const auto before = gpus_;
+  const uint64_t before_id = next_id_;
+  gpus_.insert(gpus_.end(), added.begin(), added.end());
+  if (absl::Status s = CommitLocked(); !s.ok()) {
+    gpus_ = before;
+    next_id_ = before_id;
+    return s;
+  }
+  for (const auto& g : added) RecordLocked(dynmo::v1::ReleasedEvent::RELEASED, g);
+  return absl::OkStatus();
+}
+
+std::vector<dynmo::v1::ReleasedGpu> ReleasedPool::List(
+    const std::string& job, bool include_claimed) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<dynmo::v1::ReleasedGpu> out;
+  for (const auto& g : gpus_) {
+    if (!job.empty() && g.job() != job) continue;
+    if (!include_claimed && g.state() == dynmo::v1::ReleasedGpu::CLAIMED) {
+      continue;
+    }
+    out.push_back(g);
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<dynmo::v1::ReleasedGpu>> ReleasedPool::Claim(
+    absl::Span<const std::string> ids, const std::string& holder,
+    int64_t lease_seconds, absl::Time now) {
+  if (ids.empty()) return absl::InvalidArgumentError("claim: no ids given");
+  if (ids.size() > kMaxIdsPerCall) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("claim: ", ids.size(), " ids, at most ", kMaxIdsPerCall));
+  }
+  if (holder.empty() || holder.size() > 256) {
+    return absl::InvalidArgumentError("claim: holder must be 1..256 chars");
+  }
+  if (lease_seconds <= 0 || lease_seconds > 365LL * 24 * 3600) {
+    return absl::InvalidArgumentError(
+        "claim: lease_seconds must be in (0, one year]");
+  }
+  absl::MutexLock lock(&mu_);
+  std::vector<size_t> index;
+  std::vector<std::string> problems;
+  for (const std::string& id : ids) {
+    size_t i = 0;
+    while (i < gpus_.size() && gpus_[i].id() != id) ++i;
+    if (i == gpus_.size()) {
+      problems.push_back(absl::StrCat(id, ": unknown"));
+      continue;
+    }
+    const auto& g = gpus_[i];
+    if (g.state() == dynmo::v1::ReleasedGpu::CLAIMED && g.holder() != holder &&
+        !LeaseExpired(g, now)) {
+      problems.push_back(absl::StrCat(id, ": leased by ", g.holder()));
+      continue;
+    }
+    for (size_t j : index) {
+      if (j == i) problems.push_back(absl::StrCat(id, ": listed twice"));
+    }
+    index.push_back(i);
+  }
+  if (!problems.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("claim refused, nothing claimed: ",
+                     absl::StrJoin(problems, "; ")));
+  }
+  const auto before = gpus_;
+  std::vector<dynmo::v1::ReleasedGpu> out;
+  for (size_t i : index) {
+    auto& g = gpus_[i];
+    g.set_state(dynmo::v1::ReleasedGpu::CLAIMED);
+    g.set_holder(holder);
+    g.set_claimed_unix_ms(absl::ToUnixMillis(now));
+    g.set_lease_seconds(lease_seconds);
+    out.push_back(g);
+  }
+  if (absl::Status s = CommitLocked(); !s.ok()) {
+    gpus_ = before;
+    return s;
+  }
+  for (const auto& g : out) RecordLocked(dynmo::v1::ReleasedEvent::CLAIMED, g);
+  return out;
+}
+
+absl::StatusOr<std::vector<dynmo::v1::ReleasedGpu>> ReleasedPool::Return(
+    absl::Span<const std::string> ids, const std::string& holder) {
+  if (ids.empty()) return absl::InvalidArgumentError("return: no ids given");
+  if (ids.size() > kMaxIdsPerCall) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("return: ", ids.size(), " ids, at most ", kMaxIdsPerCall));
+  }
+  if (holder.empty()) return absl::InvalidArgumentError("return: no holder");
+  absl::MutexLock lock(&mu_);
+  std::vector<size_t> index;
+  std::vector<std::string> problems;
+  for (const std::string& id : ids) {
+    size_t i = 0;
+    while (i < gpus_.size() && gpus_[i].id() != id) ++i;
+    if (i == gpus_.size()) {
+      problems.push_back(absl::StrCat(id, ": unknown"));
+    } else if (gpus_[i].state() != dynmo::v1::ReleasedGpu::CLAIMED) {
+      problems.push_back(absl::StrCat(id, ": not claimed"));
+    } else if (gpus_[i].holder() != holder) {
+      problems.push_back(
+          absl::StrCat(id, ": claimed by ", gpus_[i].holder(), ", not ", holder));
+    } else {
+      index.push_back(i);
+    }
+  }
+  if (!problems.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "return refused, nothing returned: ", absl::StrJoin(problems, "; ")));
+  }
+  const auto before = gpus_;
+  std::vector<dynmo::v1::ReleasedGpu> out;
+  for (size_t i : index) {
+    auto& g = gpus_[i];
+    g.set_state(dynmo::v1::ReleasedGpu::FREE);
+    g.clear_holder();
+    g.clear_claimed_unix_ms();
+    g.clear_lease_seconds();
+    out.push_back(g);
+  }
+  if (absl::Status s = CommitLocked(); !s.ok()) {
+    gpus_ = before;
+    return s;
+  }
+  for (const auto& g : out) RecordLocked(dynmo::v1::ReleasedEvent::RETURNED, g);
+  return out;
+}
+
+std::vector<ReleasedPool::Event> ReleasedPool::WaitEvents(
+    uint64_t after, absl::Duration timeout, bool* reset) const {
+  absl::MutexLock lock(&mu_);
+  const uint64_t wake = wake_;
+  auto ready = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return last_seq_ > after || wake_ != wake;
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&ready), timeout);
+  *reset = !events_.empty() && events_.front().seq > after + 1;
+  std::vector<Event> out;
+  for (const auto& e : events_) {
+    if (e.seq > after) out.push_back(e);
+  }
+  return out;
+}
+
+uint64_t ReleasedPool::LastSeq() const {
+  absl::MutexLock lock(&mu_);
+  return last_seq_;
+}
+
+void ReleasedPool::WakeAll() {
+  absl::MutexLock lock(&mu_);
+  ++wake_;
+}
+
+}  // namespace dynmo::service

@@ -1,0 +1,78 @@
+// ReleasedPool: the GPUs that re-packing released, with their claim state.
+// A GPU record (dynmo.v1.ReleasedGpu) is FREE until a scheduler claims it
+// under a lease (holder + seconds); a claim by another holder succeeds only
+// after the lease has expired; Return by the holder frees it again. Claim
+// and Return are all-or-nothing. Every change is committed to the
+// StateKeeper before it is visible or answered, so kill -9 loses no record.
+// Add is idempotent per (job, epoch, rank), which makes re-applying a plan
+// after a restart harmless. Thread-safe; lock order: pool -> keeper.
+#ifndef DYNMO_COORDINATOR_SERVICE_RELEASED_POOL_H_
+#define DYNMO_COORDINATOR_SERVICE_RELEASED_POOL_H_
+
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "coordinator/service/state_store.h"
+#include "dynmo/v1/scheduler.pb.h"
+
+namespace dynmo::service {
+
+class ReleasedPool {
+ public:
+  explicit ReleasedPool(StateKeeper* keeper) : keeper_(keeper) {}
+
+  // Loads the records of a snapshot (called once, before serving).
+  void Restore(const dynmo::v1::CoordinatorState& state);
+
+  // Adds newly released GPUs (ids are assigned here) and commits.
+  absl::Status Add(std::vector<dynmo::v1::ReleasedGpu> gpus);
+
+  std::vector<dynmo::v1::ReleasedGpu> List(const std::string& job,
+                                           bool include_claimed) const;
+
+  absl::StatusOr<std::vector<dynmo::v1::ReleasedGpu>> Claim(
+      absl::Span<const std::string> ids, const std::string& holder,
+      int64_t lease_seconds, absl::Time now);
+
+  absl::StatusOr<std::vector<dynmo::v1::ReleasedGpu>> Return(
+      absl::Span<const std::string> ids, const std::string& holder);
+
+  // Events for WatchReleased. Sequence numbers start at 1. WaitEvents
+  // returns the events after `after`, waiting up to `timeout` for one; when
+  // the watcher fell too far behind, `reset` is set and the caller should
+  // re-read List().
+  struct Event {
+    uint64_t seq = 0;
+    dynmo::v1::ReleasedEvent event;
+  };
+  std::vector<Event> WaitEvents(uint64_t after, absl::Duration timeout,
+                                bool* reset) const;
+  uint64_t LastSeq() const;
+  // Wakes every WaitEvents (shutdown).
+  void WakeAll();
+
+ private:
+  void RecordLocked(dynmo::v1::ReleasedEvent::Kind kind,
+                    const dynmo::v1::ReleasedGpu& gpu)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CommitLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  StateKeeper* keeper_;
+  mutable absl::Mutex mu_;
+  std::vector<dynmo::v1::ReleasedGpu> gpus_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  std::deque<Event> events_ ABSL_GUARDED_BY(mu_);
+  uint64_t last_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t wake_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace dynmo::service
+
+#endif  // DYNMO_COORDINATOR_SERVICE_RELEASED_POOL_H_

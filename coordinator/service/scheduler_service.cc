@@ -1,0 +1,101 @@
+#include "coordinator/service/scheduler_service.h"
+
+#include <string>
+#include <vector>
+
+#include "coordinator/service/validation.h"
+
+namespace dynmo::service {
+
+grpc::Status SchedulerServiceImpl::Done(const char* method,
+                                        const grpc::Status& status) {
+  if (!status.ok()) {
+    coordinator_->metrics().RpcError(method,
+                                     GrpcCodeName(status.error_code()));
+  }
+  return status;
+}
+
+grpc::Status SchedulerServiceImpl::ListReleased(
+    grpc::ServerContext* context, const dynmo::v1::ListReleasedRequest* request,
+    dynmo::v1::ListReleasedResponse* response) {
+  if (grpc::Status s = auth_->Check(*context); !s.ok()) {
+    return Done("ListReleased", s);
+  }
+  if (!request->job().empty()) {
+    if (absl::Status s = ValidateJobName(request->job()); !s.ok()) {
+      return Done("ListReleased", ToGrpcStatus(s));
+    }
+  }
+  for (auto& g :
+       coordinator_->pool().List(request->job(), request->include_claimed())) {
+    *response->add_gpus() = std::move(g);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status SchedulerServiceImpl::WatchReleased(
+    grpc::ServerContext* context, const dynmo::v1::WatchReleasedRequest* request,
+    grpc::ServerWriter<dynmo::v1::ReleasedEvent>* writer) {
+  if (grpc::Status s = auth_->Check(*context); !s.ok()) {
+    return Done("WatchReleased", s);
+  }
+  ReleasedPool& pool = coordinator_->pool();
+  auto send_snapshot = [&](uint64_t* seq) {
+    *seq = pool.LastSeq();
+    for (const auto& g : pool.List("", request->include_claimed())) {
+      dynmo::v1::ReleasedEvent e;
+      e.set_kind(dynmo::v1::ReleasedEvent::SNAPSHOT);
+      *e.mutable_gpu() = g;
+      if (!writer->Write(e)) return false;
+    }
+    return true;
+  };
+  uint64_t seq = 0;
+  if (!send_snapshot(&seq)) return grpc::Status::OK;
+  while (!context->IsCancelled() && !stopping_) {
+    bool reset = false;
+    std::vector<ReleasedPool::Event> events =
+        pool.WaitEvents(seq, absl::Milliseconds(250), &reset);
+    if (reset) {
+      if (!send_snapshot(&seq)) break;
+      continue;
+    }
+    for (const auto& e : events) {
+      seq = e.seq;
+      if (!request->include_claimed() &&
+          e.event.kind() == dynmo::v1::ReleasedEvent::CLAIMED) {
+        continue;
+      }
+      if (!writer->Write(e.event)) return grpc::Status::OK;
+    }
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status SchedulerServiceImpl::Claim(grpc::ServerContext* context,
+                                         const dynmo::v1::ClaimRequest* request,
+                                         dynmo::v1::ClaimResponse* response) {
+  if (grpc::Status s = auth_->Check(*context); !s.ok()) return Done("Claim", s);
+  std::vector<std::string> ids(request->ids().begin(), request->ids().end());
+  absl::StatusOr<std::vector<dynmo::v1::ReleasedGpu>> gpus =
+      coordinator_->pool().Claim(ids, request->holder(),
+                                 request->lease_seconds(), absl::Now());
+  if (!gpus.ok()) return Done("Claim", ToGrpcStatus(gpus.status()));
+  for (auto& g : *gpus) *response->add_gpus() = std::move(g);
+  return grpc::Status::OK;
+}
+
+grpc::Status SchedulerServiceImpl::Return(
+    grpc::ServerContext* context, const dynmo::v1::ReturnRequest* request,
+    dynmo::v1::ReturnResponse* response) {
+  if (grpc::Status s = auth_->Check(*context); !s.ok()) return Done("Return", s);
+  std::vector<std::string> ids(request->ids().begin(), request->ids().end());
+  absl::StatusOr<std::vector<dynmo::v1::ReleasedGpu>> gpus =
+      coordinator_->pool().Return(ids, request->holder());
+  if (!gpus.ok()) return Done("Return", ToGrpcStatus(gpus.status()));
+  for (auto& g : *gpus) *response->add_gpus() = std::move(g);
+  return grpc::Status::OK;
+}
+
+}  // namespace dynmo::service

@@ -1,0 +1,175 @@
+#include "coordinator/service/server.h"
+
+#include <exception>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "coordinator/service/agent_service.h"
+#include "coordinator/service/auth.h"
+#include "coordinator/service/operator_service.h"
+#include "coordinator/service/scheduler_service.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server.h"
+#include "grpcpp/server_builder.h"
+#include "prometheus/exposer.h"
+
+namespace dynmo::service {
+namespace {
+
+absl::StatusOr<std::string> ReadPem(const std::string& path, const char* what) {
+  std::ifstream in(path);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat("cannot read ", what, " ", path));
+  }
+  std::stringstream buf;
+  buf << in.rdbuf();
+  if (buf.str().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " ", path, " is empty"));
+  }
+  return buf.str();
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(
+    const TlsFiles& tls) {
+  if (tls.cert.empty() && tls.key.empty()) {
+    if (!tls.client_ca.empty()) {
+      return absl::InvalidArgumentError(
+          "--tls_client_ca needs --tls_cert and --tls_key");
+    }
+    return grpc::InsecureServerCredentials();
+  }
+  if (tls.cert.empty() || tls.key.empty()) {
+    return absl::InvalidArgumentError("--tls_cert and --tls_key go together");
+  }
+  absl::StatusOr<std::string> cert = ReadPem(tls.cert, "TLS certificate");
+  if (!cert.ok()) return cert.status();
+  absl::StatusOr<std::string> key = ReadPem(tls.key, "TLS key");
+  if (!key.ok()) return key.status();
+  grpc::SslServerCredentialsOptions opts;
+  opts.pem_key_cert_pairs.push_back({*key, *cert});
+  if (!tls.client_ca.empty()) {
+    absl::StatusOr<std::string> ca = ReadPem(tls.client_ca, "client CA");
+    if (!ca.ok()) return ca.status();
+    opts.pem_root_certs = *ca;
+    opts.client_certificate_request =
+        GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  return grpc::SslServerCredentials(opts);
+}
+
+}  // namespace
+
+struct CoordinatorServer::Impl {
+  std::unique_ptr<Coordinator> coordinator;
+  BearerAuth auth;
+  std::unique_ptr<AgentServiceImpl> agent;
+  std::unique_ptr<SchedulerServiceImpl> scheduler;
+  std::unique_ptr<OperatorServiceImpl> op;
+  std::unique_ptr<grpc::Server> server;
+  std::unique_ptr<prometheus::Exposer> exposer;
+  int port = 0;
+  int metrics_port = 0;
+  std::string host;
+  absl::Mutex mu;
+  bool shut_down = false;
+};
+
+CoordinatorServer::CoordinatorServer(std::unique_ptr<Impl> impl)
+    : impl_(std::move(impl)) {}
+
+CoordinatorServer::~CoordinatorServer() { Shutdown(); }
+
+absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
+    const ServerOptions& options) {
+  auto impl = std::make_unique<Impl>();
+  if (!options.token_file.empty()) {
+    absl::StatusOr<BearerAuth> auth = BearerAuth::FromFile(options.token_file);
+    if (!auth.ok()) return auth.status();
+    impl->auth = *std::move(auth);
+  }
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> creds =
+      Credentials(options.tls);
+  if (!creds.ok()) return creds.status();
+
+  absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =
+      Coordinator::Create(options.coordinator);
+  if (!coordinator.ok()) return coordinator.status();
+  impl->coordinator = *std::move(coordinator);
+
+  if (!options.metrics_listen.empty()) {
+    try {
+      impl->exposer = std::make_unique<prometheus::Exposer>(
+          options.metrics_listen);
+    } catch (const std::exception& e) {
+      return absl::UnavailableError(absl::StrCat(
+          "cannot serve metrics on ", options.metrics_listen, ": ", e.what()));
+    }
+    impl->exposer->RegisterCollectable(
+        impl->coordinator->metrics().registry());
+    std::vector<int> ports = impl->exposer->GetListeningPorts();
+    impl->metrics_port = ports.empty() ? 0 : ports.front();
+  }
+
+  impl->agent = std::make_unique<AgentServiceImpl>(impl->coordinator.get());
+  impl->scheduler = std::make_unique<SchedulerServiceImpl>(
+      impl->coordinator.get(), &impl->auth);
+  impl->op = std::make_unique<OperatorServiceImpl>(impl->coordinator.get(),
+                                                   &impl->auth);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.listen, *creds, &impl->port);
+  builder.SetMaxReceiveMessageSize(options.max_message_bytes);
+  builder.RegisterService(impl->agent.get());
+  builder.RegisterService(impl->scheduler.get());
+  builder.RegisterService(impl->op.get());
+  impl->server = builder.BuildAndStart();
+  if (impl->server == nullptr || impl->port == 0) {
+    impl->coordinator->Stop();
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", options.listen));
+  }
+  std::string host = options.listen.substr(0, options.listen.rfind(':'));
+  if (host.empty() || host == "0.0.0.0" || host == "[::]") host = "127.0.0.1";
+  impl->host = host;
+  return std::unique_ptr<CoordinatorServer>(
+      new CoordinatorServer(std::move(impl)));
+}
+
+int CoordinatorServer::port() const { return impl_->port; }
+
+std::string CoordinatorServer::address() const {
+  return absl::StrCat(impl_->host, ":", impl_->port);
+}
+
+int CoordinatorServer::metrics_port() const { return impl_->metrics_port; }
+
+Coordinator& CoordinatorServer::coordinator() { return *impl_->coordinator; }
+
+void CoordinatorServer::Wait() {
+  absl::MutexLock lock(&impl_->mu);
+  impl_->mu.Await(absl::Condition(&impl_->shut_down));
+}
+
+void CoordinatorServer::Shutdown() {
+  {
+    absl::MutexLock lock(&impl_->mu);
+    if (impl_->shut_down) return;
+  }
+  impl_->scheduler->Stop();
+  impl_->coordinator->pool().WakeAll();
+  impl_->server->Shutdown(std::chrono::system_clock::now() +
+                          std::chrono::milliseconds(500));
+  impl_->server->Wait();
+  impl_->coordinator->Stop();
+  absl::MutexLock lock(&impl_->mu);
+  impl_->shut_down = true;
+}
+
+}  // namespace dynmo::service

@@ -1,0 +1,60 @@
+// CoordinatorServer: a Coordinator behind a gRPC server: the agent,
+// scheduler and operator services, grpc.health.v1 health checking, server
+// reflection, optional TLS / mutual TLS, the bearer token, and the
+// Prometheus /metrics endpoint. The dynmo-coordinator daemon is this plus
+// flags; the agent's embedded mode runs the same thing in-process on a
+// loopback port. Start() returns once it is serving. Thread-safe.
+#ifndef DYNMO_COORDINATOR_SERVICE_SERVER_H_
+#define DYNMO_COORDINATOR_SERVICE_SERVER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "coordinator/service/coordinator.h"
+
+namespace dynmo::service {
+
+struct TlsFiles {
+  std::string cert;       // PEM server certificate chain; empty = plaintext
+  std::string key;        // PEM private key
+  std::string client_ca;  // PEM CA; set = mutual TLS (clients must present)
+};
+
+struct ServerOptions {
+  std::string listen = "127.0.0.1:0";  // port 0: pick a free one
+  std::string metrics_listen;          // empty: no /metrics endpoint
+  TlsFiles tls;
+  std::string token_file;              // empty: scheduler/operator RPCs open
+  int max_message_bytes = 4 << 20;     // larger messages: RESOURCE_EXHAUSTED
+  CoordinatorOptions coordinator;
+};
+
+class CoordinatorServer {
+ public:
+  static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(
+      const ServerOptions& options);
+  ~CoordinatorServer();
+
+  // The bound port (useful with port 0) and "host:port" to dial.
+  int port() const;
+  std::string address() const;
+  // 0 when there is no metrics endpoint.
+  int metrics_port() const;
+  Coordinator& coordinator();
+
+  // Blocks until Shutdown() is called.
+  void Wait();
+  // Stops serving (streams are cancelled after a short grace period) and the
+  // decision thread. Idempotent.
+  void Shutdown();
+
+ private:
+  struct Impl;
+  explicit CoordinatorServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dynmo::service
+
+#endif  // DYNMO_COORDINATOR_SERVICE_SERVER_H_

@@ -1,0 +1,143 @@
+#include "coordinator/service/state_store.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+
+namespace dynmo::service {
+namespace {
+
+absl::Status Errno(const std::string& what) {
+  return absl::InternalError(absl::StrCat(what, ": ", std::strerror(errno)));
+}
+
+absl::Status WriteAll(int fd, const std::string& data, const std::string& p) {
+  size_t off = 0;
+  while (off < data.size()) {
+    ssize_t n = ::write(fd, data.data() + off, data.size() - off);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Errno(absl::StrCat("write ", p));
+    }
+    off += static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FsyncPath(const std::string& p, int flags) {
+  int fd = ::open(p.c_str(), flags);
+  if (fd < 0) return Errno(absl::StrCat("open ", p));
+  int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) return Errno(absl::StrCat("fsync ", p));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status StateStore::Open() {
+  if (::mkdir(dir_.c_str(), 0755) != 0 && errno != EEXIST) {
+    return Errno(absl::StrCat("mkdir ", dir_));
+  }
+  struct stat st;
+  if (::stat(dir_.c_str(), &st) != 0) return Errno(absl::StrCat("stat ", dir_));
+  if (!S_ISDIR(st.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("state dir ", dir_, " is not a directory"));
+  }
+  if (::access(dir_.c_str(), W_OK) != 0) {
+    return Errno(absl::StrCat("state dir ", dir_, " not writable"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<dynmo::v1::CoordinatorState>> StateStore::Load()
+    const {
+  if (::access(path().c_str(), F_OK) != 0 && errno == ENOENT) {
+    return std::nullopt;
+  }
+  std::ifstream in(path(), std::ios::binary);
+  if (!in) return Errno(absl::StrCat("open ", path()));
+  std::stringstream buf;
+  buf << in.rdbuf();
+  dynmo::v1::CoordinatorState state;
+  if (!state.ParseFromString(buf.str())) {
+    return absl::DataLossError(
+        absl::StrCat(path(), " is not a CoordinatorState snapshot"));
+  }
+  return state;
+}
+
+absl::Status StateStore::Save(const dynmo::v1::CoordinatorState& state) const {
+  std::string data;
+  if (!state.SerializeToString(&data)) {
+    return absl::InternalError("cannot serialize the coordinator state");
+  }
+  const std::string tmp = path() + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Errno(absl::StrCat("open ", tmp));
+  absl::Status s = WriteAll(fd, data, tmp);
+  if (s.ok() && ::fsync(fd) != 0) s = Errno(absl::StrCat("fsync ", tmp));
+  ::close(fd);
+  if (!s.ok()) return s;
+  if (::rename(tmp.c_str(), path().c_str()) != 0) {
+    return Errno(absl::StrCat("rename ", tmp));
+  }
+  return FsyncPath(dir_, O_RDONLY | O_DIRECTORY);
+}
+
+StateKeeper::StateKeeper(std::string dir) : dir_(dir), store_(std::move(dir)) {}
+
+absl::StatusOr<dynmo::v1::CoordinatorState> StateKeeper::Open() {
+  dynmo::v1::CoordinatorState state;
+  if (!durable()) return state;
+  if (absl::Status s = store_.Open(); !s.ok()) return s;
+  absl::StatusOr<std::optional<dynmo::v1::CoordinatorState>> loaded =
+      store_.Load();
+  if (!loaded.ok()) return loaded.status();
+  if (loaded->has_value()) state = **loaded;
+  absl::MutexLock lock(&mu_);
+  generation_ = state.generation();
+  next_gpu_id_ = state.next_gpu_id() > 0 ? state.next_gpu_id() : 1;
+  for (const auto& job : state.jobs()) jobs_[job.name()] = job;
+  pool_.assign(state.pool().begin(), state.pool().end());
+  return state;
+}
+
+void StateKeeper::PutJob(const dynmo::v1::JobRecord& job) {
+  absl::MutexLock lock(&mu_);
+  jobs_[job.name()] = job;
+}
+
+void StateKeeper::PutPool(const std::vector<dynmo::v1::ReleasedGpu>& pool,
+                          uint64_t next_gpu_id) {
+  absl::MutexLock lock(&mu_);
+  pool_ = pool;
+  next_gpu_id_ = next_gpu_id;
+}
+
+absl::Status StateKeeper::Commit() {
+  absl::MutexLock lock(&mu_);
+  ++generation_;
+  if (!durable()) return absl::OkStatus();
+  dynmo::v1::CoordinatorState state;
+  state.set_generation(generation_);
+  state.set_next_gpu_id(next_gpu_id_);
+  for (const auto& [name, job] : jobs_) *state.add_jobs() = job;
+  for (const auto& gpu : pool_) *state.add_pool() = gpu;
+  return store_.Save(state);
+}
+
+uint64_t StateKeeper::commits() const {
+  absl::MutexLock lock(&mu_);
+  return generation_;
+}
+
+}  // namespace dynmo::service

@@ -1,0 +1,219 @@
+#include "coordinator/service/validation.h"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/core/boundaries.h"
+#include "coordinator/core/pipeline_sim.h"
+
+namespace dynmo::service {
+namespace {
+
+absl::Status Invalid(absl::string_view what) {
+  return absl::InvalidArgumentError(what);
+}
+
+bool FiniteNonNegative(double v) { return std::isfinite(v) && v >= 0; }
+
+}  // namespace
+
+absl::Status ValidateJobName(absl::string_view name) {
+  if (name.empty()) return Invalid("job name is empty");
+  if (name.size() > kMaxJobNameChars) {
+    return Invalid(absl::StrCat("job name longer than ", kMaxJobNameChars,
+                                " characters"));
+  }
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                    (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+    if (!ok) {
+      return Invalid(absl::StrCat("job name '", name,
+                                  "' may only use [A-Za-z0-9._-]"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateRegister(const dynmo::v1::RegisterRequest& r) {
+  if (absl::Status s = ValidateJobName(r.job()); !s.ok()) return s;
+  if (r.pipeline_size() < 1 || r.data_parallel_size() < 1) {
+    return Invalid("pipeline_size and data_parallel_size must be >= 1");
+  }
+  const int64_t world =
+      static_cast<int64_t>(r.pipeline_size()) * r.data_parallel_size();
+  if (world > kMaxRanksPerJob) {
+    return Invalid(absl::StrCat("job of ", world, " ranks exceeds the limit of ",
+                                kMaxRanksPerJob));
+  }
+  if (r.rank() < 0 || r.rank() >= world) {
+    return Invalid(absl::StrCat("rank ", r.rank(), " outside [0, ", world, ")"));
+  }
+  if (r.pipeline_rank() < 0 || r.pipeline_rank() >= r.pipeline_size()) {
+    return Invalid(absl::StrCat("pipeline_rank ", r.pipeline_rank(),
+                                " outside [0, ", r.pipeline_size(), ")"));
+  }
+  if (r.data_parallel_rank() < 0 ||
+      r.data_parallel_rank() >= r.data_parallel_size()) {
+    return Invalid(absl::StrCat("data_parallel_rank ", r.data_parallel_rank(),
+                                " outside [0, ", r.data_parallel_size(), ")"));
+  }
+  if (r.num_layers() < r.pipeline_size() || r.num_layers() > kMaxLayers) {
+    return Invalid(absl::StrCat("num_layers ", r.num_layers(),
+                                " must be in [pipeline_size, ", kMaxLayers,
+                                "]"));
+  }
+  if (r.memory_capacity_bytes() < 0) {
+    return Invalid("memory_capacity_bytes is negative");
+  }
+  if (r.host().size() > 256 || r.model_fingerprint().size() > 256) {
+    return Invalid("host and model_fingerprint are limited to 256 bytes");
+  }
+  if (r.microbatches() < 0 || r.microbatches() > 1 << 20) {
+    return Invalid("microbatches must be in [0, 2^20]");
+  }
+  if (!r.schedule().empty()) {
+    if (absl::Status s = core::ParseSchedule(r.schedule()).status(); !s.ok()) {
+      return Invalid(absl::StrCat("schedule: ", s.message()));
+    }
+  }
+  int active = r.pipeline_size();
+  if (r.active_stages_size() > 0) {
+    active = r.active_stages_size();
+    int prev = -1;
+    for (int s : r.active_stages()) {
+      if (s <= prev || s >= r.pipeline_size()) {
+        return Invalid(
+            "active_stages must be strictly increasing stage ids below "
+            "pipeline_size");
+      }
+      prev = s;
+    }
+  }
+  if (r.boundaries_size() > 0) {
+    std::vector<int> b(r.boundaries().begin(), r.boundaries().end());
+    if (absl::Status s = core::ValidateBoundaries(b, r.num_layers(), active);
+        !s.ok()) {
+      return Invalid(absl::StrCat("boundaries: ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateReport(const dynmo::v1::IterationReport& report,
+                            int num_layers) {
+  if (report.iteration() < 0) return Invalid("iteration is negative");
+  if (report.layers_size() > num_layers) {
+    return Invalid(absl::StrCat("report carries ", report.layers_size(),
+                                " layers but the job has ", num_layers));
+  }
+  std::vector<bool> seen(static_cast<size_t>(num_layers), false);
+  for (const auto& l : report.layers()) {
+    if (l.layer() < 0 || l.layer() >= num_layers) {
+      return Invalid(absl::StrCat("layer ", l.layer(), " outside [0, ",
+                                  num_layers, ")"));
+    }
+    if (seen[static_cast<size_t>(l.layer())]) {
+      return Invalid(absl::StrCat("layer ", l.layer(), " reported twice"));
+    }
+    seen[static_cast<size_t>(l.layer())] = true;
+    if (!FiniteNonNegative(l.fwd_s()) || !FiniteNonNegative(l.bwd_s()) ||
+        !FiniteNonNegative(l.wgrad_s())) {
+      return Invalid(absl::StrCat("layer ", l.layer(),
+                                  ": times must be finite and >= 0"));
+    }
+    if (l.params() < 0 || l.resident_bytes() < 0 || l.activation_bytes() < 0) {
+      return Invalid(
+          absl::StrCat("layer ", l.layer(), ": byte counts must be >= 0"));
+    }
+  }
+  if (report.stage_memory_used_bytes() < 0 ||
+      report.stage_memory_capacity_bytes() < 0) {
+    return Invalid("stage memory must be >= 0");
+  }
+  if (!FiniteNonNegative(report.neighbour_wait_s())) {
+    return Invalid("neighbour_wait_s must be finite and >= 0");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateAck(const dynmo::v1::PlanAck& ack) {
+  if (ack.epoch() == 0) return Invalid("ack for epoch 0");
+  if (ack.state() != dynmo::v1::PlanAck::PREPARED &&
+      ack.state() != dynmo::v1::PlanAck::APPLIED &&
+      ack.state() != dynmo::v1::PlanAck::FAILED) {
+    return Invalid("ack state must be PREPARED, APPLIED or FAILED");
+  }
+  if (ack.detail().size() > 4096) return Invalid("ack detail over 4096 bytes");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Policy> PolicyFromProto(const dynmo::v1::Policy& proto,
+                                       const Policy& base) {
+  Policy p = base;
+  if (!proto.balancer().empty()) {
+    absl::StatusOr<core::PartitionMethod> m =
+        core::ParsePartitionMethod(proto.balancer());
+    if (!m.ok()) return Invalid(absl::StrCat("balancer: ", m.status().message()));
+    p.balancer = *m;
+  }
+  if (!proto.trigger().empty()) {
+    absl::StatusOr<Trigger> t = ParseTrigger(proto.trigger());
+    if (!t.ok()) return t.status();
+    p.trigger = *t;
+  }
+  if (!std::isfinite(proto.repack_tolerance()) || proto.repack_tolerance() < 0 ||
+      proto.repack_tolerance() > 10) {
+    return Invalid("repack_tolerance must be finite and in [0, 10]");
+  }
+  p.repack = proto.repack();
+  p.repack_tolerance = proto.repack_tolerance();
+  return p;
+}
+
+dynmo::v1::Policy PolicyToProto(const Policy& policy) {
+  dynmo::v1::Policy p;
+  p.set_balancer(core::PartitionMethodName(policy.balancer));
+  p.set_trigger(TriggerName(policy.trigger));
+  p.set_repack(policy.repack);
+  p.set_repack_tolerance(policy.repack_tolerance);
+  return p;
+}
+
+grpc::Status ToGrpcStatus(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                      std::string(status.message()));
+}
+
+absl::Status FromGrpcStatus(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                      status.error_message());
+}
+
+const char* GrpcCodeName(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::OK: return "OK";
+    case grpc::CANCELLED: return "CANCELLED";
+    case grpc::UNKNOWN: return "UNKNOWN";
+    case grpc::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
+    case grpc::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
+    case grpc::NOT_FOUND: return "NOT_FOUND";
+    case grpc::ALREADY_EXISTS: return "ALREADY_EXISTS";
+    case grpc::PERMISSION_DENIED: return "PERMISSION_DENIED";
+    case grpc::UNAUTHENTICATED: return "UNAUTHENTICATED";
+    case grpc::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
+    case grpc::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
+    case grpc::ABORTED: return "ABORTED";
+    case grpc::OUT_OF_RANGE: return "OUT_OF_RANGE";
+    case grpc::UNIMPLEMENTED: return "UNIMPLEMENTED";
+    case grpc::INTERNAL: return "INTERNAL";
+    case grpc::UNAVAILABLE: return "UNAVAILABLE";
+    case grpc::DATA_LOSS: return "DATA_LOSS";
+    default: return "UNKNOWN";
+  }
+}
+
+}  // namespace dynmo::service

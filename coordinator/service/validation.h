@@ -1,0 +1,49 @@
+// Validation of what arrives over the wire, before anything touches state.
+// Each function checks one message on its own (shape, ranges, NaN,
+// sizes) and returns INVALID_ARGUMENT naming the offending field; checks
+// that need a job's state (does the rank exist, does the layer count match)
+// live in JobState and return FAILED_PRECONDITION or NOT_FOUND.
+#ifndef DYNMO_COORDINATOR_SERVICE_VALIDATION_H_
+#define DYNMO_COORDINATOR_SERVICE_VALIDATION_H_
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "coordinator/service/policy.h"
+#include "dynmo/v1/agent.pb.h"
+#include "dynmo/v1/operator.pb.h"
+#include "grpcpp/support/status.h"
+
+namespace dynmo::service {
+
+inline constexpr int kMaxJobNameChars = 128;
+inline constexpr int kMaxRanksPerJob = 1 << 16;
+inline constexpr int kMaxLayers = 1 << 16;
+
+// A job name: 1..128 chars of [A-Za-z0-9._-].
+absl::Status ValidateJobName(absl::string_view name);
+
+// Self-consistency of a registration (sizes, coordinates, boundaries).
+absl::Status ValidateRegister(const dynmo::v1::RegisterRequest& request);
+
+// One iteration report against the job's layer count.
+absl::Status ValidateReport(const dynmo::v1::IterationReport& report,
+                            int num_layers);
+
+absl::Status ValidateAck(const dynmo::v1::PlanAck& ack);
+
+// Parses and checks an operator policy. Empty balancer / trigger fields keep
+// the values of `base`.
+absl::StatusOr<Policy> PolicyFromProto(const dynmo::v1::Policy& proto,
+                                       const Policy& base);
+dynmo::v1::Policy PolicyToProto(const Policy& policy);
+
+// absl and gRPC share their canonical codes; this keeps the message.
+grpc::Status ToGrpcStatus(const absl::Status& status);
+absl::Status FromGrpcStatus(const grpc::Status& status);
+// "INVALID_ARGUMENT", ... for metric labels.
+const char* GrpcCodeName(grpc::StatusCode code);
+
+}  // namespace dynmo::service
+
+#endif  // DYNMO_COORDINATOR_SERVICE_VALIDATION_H_

@@ -1,0 +1,344 @@
+// dynmo-loadgen: N simulated trainer ranks, each a real Agent (agent/agent.h)
+// talking gRPC to a coordinator, replaying the decision core's scenario
+// generator or a recorded trace. The whole DynMo loop runs without LibTorch:
+//
+//   each iteration k (paced by --iteration_ms):
+//     every active rank asks its agent for the plan due at k; the ranks
+//     agree in-band (all must hold the same committed epoch, the simulated
+//     MIN all-reduce) and then all apply it or all fail it;
+//     every active rank reports its stage's layer costs of trace record k
+//     under the layout it runs.
+//
+// Ranks are laid out as --dp replicas of a --agents/--dp stage pipeline
+// (default: one replica of N stages); rank = replica * stages + stage.
+// Prints one JSON summary: reports sent, samples dropped, plans applied and
+// failed, per-plan delivery latency (decision to the last rank holding the
+// COMMIT), the imbalance of the last record under the initial and the final
+// layout, released stages.
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "agent/agent.h"
+#include "agent/channel.h"
+#include "coordinator/core/measures.h"
+#include "coordinator/core/partition.h"
+#include "coordinator/core/scenario.h"
+#include "coordinator/core/trace.h"
+#include "coordinator/formats/trace_json.h"
+#include "nlohmann/json.hpp"
+
+ABSL_FLAG(std::string, coordinator, "127.0.0.1:50051", "coordinator address");
+ABSL_FLAG(std::string, job, "loadgen", "job name");
+ABSL_FLAG(int, agents, 8, "simulated ranks (stages x replicas)");
+ABSL_FLAG(int, dp, 1, "data-parallel replicas; stages = agents / dp");
+ABSL_FLAG(int, iterations, 100, "iterations to run");
+ABSL_FLAG(std::string, scenario, "",
+          "pruning|freezing|sparse-attention|early-exit|moe|mod");
+ABSL_FLAG(std::string, trace, "", "JSON Lines trace to replay (instead)");
+ABSL_FLAG(int, layers, 0, "scenario layers (default max(48, 2 * stages))");
+ABSL_FLAG(uint64_t, seed, 1, "scenario seed");
+ABSL_FLAG(int, iteration_ms, 20, "wall time per simulated iteration (0: flat out)");
+ABSL_FLAG(int, agents_per_channel, 64, "agents sharing one TCP connection");
+ABSL_FLAG(int, queue_capacity, 64, "agent sample queue");
+ABSL_FLAG(int, microbatches, 8, "micro-batches per iteration (registered)");
+ABSL_FLAG(double, connect_timeout_s, 60, "wait this long for every session");
+ABSL_FLAG(double, drain_s, 2, "after the last iteration, let reports drain");
+ABSL_FLAG(std::string, tls_ca, "", "PEM CA (enables TLS)");
+ABSL_FLAG(std::string, tls_cert, "", "PEM client certificate (mutual TLS)");
+ABSL_FLAG(std::string, tls_key, "", "PEM client key (mutual TLS)");
+ABSL_FLAG(std::string, tls_server_name, "", "expected server name");
+ABSL_FLAG(std::string, host_prefix, "sim-host-", "simulated host names");
+ABSL_FLAG(int, threads, 2, "threads that send the simulated reports");
+
+namespace {
+
+using namespace dynmo;
+
+int Die(const std::string& why) {
+  std::fprintf(stderr, "dynmo-loadgen: %s\n", why.c_str());
+  return 2;
+}
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t i = static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5);
+  return v[std::min(i, v.size() - 1)];
+}
+
+double ImbalanceOf(const core::TraceRecord& record,
+                   const std::vector<int>& boundaries) {
+  core::PipelineModel model;
+  model.layers = core::LayerCostsOf(record);
+  model.stages.assign(boundaries.size() - 1, core::StageSpec{});
+  return core::Imbalance(core::StageLoads(model, boundaries));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "dynmo-loadgen --coordinator ADDR --job NAME --agents N --iterations K "
+      "(--scenario NAME | --trace FILE) [--dp R] [--iteration_ms MS]");
+  absl::ParseCommandLine(argc, argv);
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  const int agents = absl::GetFlag(FLAGS_agents);
+  const int dp = absl::GetFlag(FLAGS_dp);
+  const int iterations = absl::GetFlag(FLAGS_iterations);
+  if (agents < 1 || dp < 1 || agents % dp != 0) {
+    return Die("--agents must be a positive multiple of --dp");
+  }
+  if (iterations < 1) return Die("--iterations must be >= 1");
+  const int stages = agents / dp;
+  const std::string scenario = absl::GetFlag(FLAGS_scenario);
+  const std::string trace_file = absl::GetFlag(FLAGS_trace);
+  if (scenario.empty() == trace_file.empty()) {
+    return Die("give exactly one of --scenario and --trace");
+  }
+
+  core::Trace trace;
+  if (!scenario.empty()) {
+    absl::StatusOr<core::Scenario> sc = core::ParseScenario(scenario);
+    if (!sc.ok()) return Die(std::string(sc.status().message()));
+    core::ScenarioConfig cfg;
+    cfg.scenario = *sc;
+    cfg.layers = absl::GetFlag(FLAGS_layers) > 0 ? absl::GetFlag(FLAGS_layers)
+                                                 : std::max(48, 2 * stages);
+    cfg.iterations = std::max(iterations, 2);
+    cfg.seed = absl::GetFlag(FLAGS_seed);
+    absl::StatusOr<core::Trace> t = core::GenerateScenario(cfg);
+    if (!t.ok()) return Die(std::string(t.status().message()));
+    trace = *std::move(t);
+  } else {
+    std::ifstream in(trace_file);
+    if (!in) return Die(absl::StrCat("cannot read ", trace_file));
+    std::stringstream buf;
+    buf << in.rdbuf();
+    absl::StatusOr<core::Trace> t = formats::ParseTraceJsonl(buf.str());
+    if (!t.ok()) return Die(absl::StrCat(trace_file, ": ", t.status().message()));
+    trace = *std::move(t);
+  }
+  const int num_layers = static_cast<int>(trace.front().layers.size());
+  if (num_layers < stages) {
+    return Die(absl::StrCat("the trace has ", num_layers, " layers for ",
+                            stages, " stages"));
+  }
+
+  agent::ChannelOptions co;
+  co.tls_ca = absl::GetFlag(FLAGS_tls_ca);
+  co.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  co.tls_key = absl::GetFlag(FLAGS_tls_key);
+  co.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
+  const int per_channel = std::max(1, absl::GetFlag(FLAGS_agents_per_channel));
+  std::vector<std::shared_ptr<grpc::Channel>> channels;
+  for (int i = 0; i * per_channel < agents; ++i) {
+    co.index = i;
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> c =
+        agent::MakeChannel(absl::GetFlag(FLAGS_coordinator), co);
+    if (!c.ok()) return Die(std::string(c.status().message()));
+    channels.push_back(*c);
+  }
+
+  // The layout every rank runs; the in-band agreement keeps it one layout.
+  std::vector<int> boundaries = core::PartitionUniform(num_layers, stages);
+  std::vector<int> active;
+  for (int s = 0; s < stages; ++s) active.push_back(s);
+  const std::vector<int> initial_boundaries = boundaries;
+
+  std::vector<std::unique_ptr<agent::Agent>> ranks;
+  for (int r = 0; r < agents; ++r) {
+    agent::AgentConfig c;
+    c.shared_channel = channels[static_cast<size_t>(r / per_channel)];
+    c.job = absl::GetFlag(FLAGS_job);
+    c.rank = r;
+    c.pipeline_rank = r % stages;
+    c.data_parallel_rank = r / stages;
+    c.pipeline_size = stages;
+    c.data_parallel_size = dp;
+    c.host = absl::StrCat(absl::GetFlag(FLAGS_host_prefix), r / 8);
+    c.device = r % 8;
+    c.memory_capacity_bytes = 80LL << 30;
+    c.num_layers = num_layers;
+    c.boundaries = boundaries;
+    c.model_fingerprint = scenario.empty() ? trace_file : scenario;
+    c.microbatches = absl::GetFlag(FLAGS_microbatches);
+    c.queue_capacity = static_cast<size_t>(absl::GetFlag(FLAGS_queue_capacity));
+    absl::StatusOr<std::unique_ptr<agent::Agent>> a = agent::Agent::Start(c);
+    if (!a.ok()) return Die(std::string(a.status().message()));
+    ranks.push_back(*std::move(a));
+  }
+  const absl::Time connect_deadline =
+      absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
+  for (auto& a : ranks) {
+    if (!a->WaitConnected(connect_deadline - absl::Now())) {
+      return Die(absl::StrCat("not every agent connected within ",
+                              absl::GetFlag(FLAGS_connect_timeout_s),
+                              "s: ", a->stats().last_error));
+    }
+  }
+
+  const absl::Duration pace = absl::Milliseconds(absl::GetFlag(FLAGS_iteration_ms));
+  nlohmann::json plans = nlohmann::json::array();
+  std::vector<double> delivery_ms;
+  int applied = 0, failed = 0;
+  uint64_t applied_epoch = 0;
+  const absl::Time start = absl::Now();
+  absl::Time next = start;
+  for (int k = 0; k < iterations; ++k) {
+    // Plans due at k: the in-band agreement over every active rank.
+    std::vector<std::optional<v1::Plan>> due(ranks.size());
+    bool any = false;
+    bool all = true;
+    uint64_t epoch = 0;
+    for (size_t r = 0; r < ranks.size(); ++r) {
+      if (std::find(active.begin(), active.end(),
+                    static_cast<int>(r) % stages) == active.end()) {
+        continue;
+      }
+      due[r] = ranks[r]->PlanToApplyAt(k);
+      if (due[r]) {
+        any = true;
+        if (epoch == 0) epoch = due[r]->epoch();
+        all = all && due[r]->epoch() == epoch;
+      } else {
+        all = false;
+      }
+    }
+    if (any) {
+      const v1::Plan plan = *std::find_if(due.begin(), due.end(),
+                                          [](const auto& p) { return p.has_value(); })
+                                 ->operator->();
+      for (size_t r = 0; r < ranks.size(); ++r) {
+        if (due[r]) {
+          (void)ranks[r]->Acknowledge(due[r]->epoch(), all,
+                                      all ? "" : "not every rank committed");
+        }
+      }
+      nlohmann::json pj = {{"epoch", plan.epoch()},
+                           {"apply_iteration", plan.apply_iteration()},
+                           {"reason", plan.reason()},
+                           {"applied", all}};
+      if (all) {
+        ++applied;
+        applied_epoch = plan.epoch();
+        boundaries.assign(plan.boundaries().begin(), plan.boundaries().end());
+        active.assign(plan.active_stages().begin(), plan.active_stages().end());
+        int64_t last_commit = 0;
+        for (size_t r = 0; r < ranks.size(); ++r) {
+          if (!due[r]) continue;
+          agent::AgentStats st = ranks[r]->stats();
+          if (st.last_commit_epoch == plan.epoch()) {
+            last_commit = std::max(last_commit, st.last_commit_unix_nanos);
+          }
+        }
+        const double ms =
+            static_cast<double>(last_commit - plan.decided_unix_nanos()) / 1e6;
+        delivery_ms.push_back(ms);
+        pj["delivery_ms"] = ms;
+        pj["boundaries"] = boundaries;
+        pj["released_stages"] = std::vector<int>(plan.released_stages().begin(),
+                                                 plan.released_stages().end());
+      } else {
+        ++failed;
+      }
+      plans.push_back(pj);
+    }
+
+    // Every active rank reports record k of its stage's layers, spread over
+    // --threads threads (one trainer thread per rank in real life).
+    const core::TraceRecord& rec = trace[static_cast<size_t>(k) % trace.size()];
+    const int nthreads = std::max(1, absl::GetFlag(FLAGS_threads));
+    std::vector<std::thread> workers;
+    std::vector<std::string> errors(static_cast<size_t>(nthreads));
+    for (int t = 0; t < nthreads; ++t) {
+      workers.emplace_back([&, t] {
+    for (size_t r = static_cast<size_t>(t); r < ranks.size();
+         r += static_cast<size_t>(nthreads)) {
+      const int stage = static_cast<int>(r) % stages;
+      auto it = std::find(active.begin(), active.end(), stage);
+      if (it == active.end()) continue;
+      const size_t idx = static_cast<size_t>(it - active.begin());
+      agent::IterationSample s;
+      s.iteration = k;
+      for (int l = boundaries[idx]; l < boundaries[idx + 1]; ++l) {
+        const core::TraceLayer& tl = rec.layers[static_cast<size_t>(l)];
+        core::LayerCost c;
+        c.id = l;
+        c.fwd_s = tl.fwd_s;
+        c.bwd_s = tl.bwd_s;
+        c.wgrad_s = tl.wgrad_s;
+        c.resident_bytes = tl.mem_bytes;
+        s.layers.push_back(c);
+      }
+      if (absl::Status st = ranks[r]->ReportIteration(s); !st.ok()) {
+        errors[static_cast<size_t>(t)] = absl::StrCat("rank ", r, ": ", st.message());
+        return;
+      }
+    }
+      });
+    }
+    for (auto& w : workers) w.join();
+    for (const auto& e : errors) {
+      if (!e.empty()) return Die(e);
+    }
+    next += pace;
+    absl::SleepFor(next - absl::Now());
+  }
+  const double run_s = absl::ToDoubleSeconds(absl::Now() - start);
+  absl::SleepFor(absl::Seconds(absl::GetFlag(FLAGS_drain_s)));
+
+  int64_t sent = 0, dropped = 0, connects = 0;
+  std::string last_error;
+  for (auto& a : ranks) {
+    agent::AgentStats st = a->stats();
+    if (!st.last_error.empty()) last_error = st.last_error;
+    sent += st.reports_sent;
+    dropped += st.samples_dropped;
+    connects += st.connects;
+  }
+  for (auto& a : ranks) a->Stop();
+
+  const core::TraceRecord& last =
+      trace[static_cast<size_t>(iterations - 1) % trace.size()];
+  nlohmann::json out = {
+      {"job", absl::GetFlag(FLAGS_job)},
+      {"agents", agents},
+      {"stages", stages},
+      {"replicas", dp},
+      {"layers", num_layers},
+      {"iterations", iterations},
+      {"run_seconds", run_s},
+      {"reports_sent", sent},
+      {"reports_per_second", run_s > 0 ? static_cast<double>(sent) / run_s : 0},
+      {"samples_dropped", dropped},
+      {"connects", connects},
+      {"last_agent_error", last_error},
+      {"plans_applied", applied},
+      {"plans_failed", failed},
+      {"applied_epoch", applied_epoch},
+      {"plan_delivery_ms_p50", Percentile(delivery_ms, 0.5)},
+      {"plan_delivery_ms_p99", Percentile(delivery_ms, 0.99)},
+      {"plan_delivery_ms_max", Percentile(delivery_ms, 1.0)},
+      {"initial_boundaries", initial_boundaries},
+      {"final_boundaries", boundaries},
+      {"active_stages", active},
+      {"initial_layout_imbalance", ImbalanceOf(last, initial_boundaries)},
+      {"final_imbalance",
+       boundaries.size() >= 2 ? ImbalanceOf(last, boundaries) : 0.0},
+      {"plans", plans}};
+  std::printf("%s\n", out.dump(2).c_str());
+  return 0;
+}

@@ -1,0 +1,291 @@
+// End-to-end tests of the shipped binaries (from DYNMO_BIN_DIR): the
+// dynmo-coordinator daemon, dynmo-loadgen driving 8 real agents, dynmo-ctl.
+// Covers re-packing that releases GPUs, kill -9 and restart from the state
+// dir, and TLS / mutual TLS with the bearer token.
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace {
+
+std::string BinDir() {
+  const char* d = std::getenv("DYNMO_BIN_DIR");
+  return d != nullptr ? d : "";
+}
+
+std::string TempDir() {
+  char tmpl[] = "/tmp/dynmo_daemon_XXXXXX";
+  return mkdtemp(tmpl);
+}
+
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+struct Result {
+  int rc = -1;
+  std::string out;
+};
+
+Result Shell(const std::string& cmd) {
+  Result r;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
+  int st = pclose(p);
+  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+// A child process we can kill -9.
+pid_t Spawn(const std::vector<std::string>& argv, const std::string& log) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    FILE* f = freopen(log.c_str(), "a", stdout);
+    (void)f;
+    dup2(fileno(stdout), 2);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+// Scripted imbalance: layer 0 dominates, the other 15 layers are light, so
+// re-packing can run on two stages without losing throughput.
+std::string WriteSkewedTrace(const std::string& dir, int records) {
+  const std::string path = dir + "/skewed.jsonl";
+  std::ofstream out(path);
+  for (int k = 0; k < records; ++k) {
+    nlohmann::json layers = nlohmann::json::array();
+    for (int l = 0; l < 16; ++l) {
+      const double t = l == 0 ? 0.050 : 0.001;
+      layers.push_back({{"fwd", t}, {"bwd", t}, {"wgrad", t},
+                        {"mem_bytes", 1 << 20}});
+    }
+    out << nlohmann::json{{"iter", k}, {"layers", layers}}.dump() << "\n";
+  }
+  return path;
+}
+
+class DaemonTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    bin_ = BinDir();
+    if (bin_.empty()) GTEST_SKIP() << "DYNMO_BIN_DIR not set";
+    dir_ = TempDir();
+    port_ = FreePort();
+    address_ = absl::StrCat("127.0.0.1:", port_);
+  }
+  void TearDown() override { StopDaemon(SIGTERM); }
+
+  void StartDaemon(std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv = {
+        bin_ + "/dynmo-coordinator", "--listen=" + address_,
+        "--state_dir=" + dir_ + "/state", "--trigger=every:5", "--repack",
+        "--plan_lead_iterations=6"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    pid_ = Spawn(argv, dir_ + "/coordinator.log");
+    ASSERT_GT(pid_, 0);
+  }
+
+  void WaitReady(const std::string& ctl_flags = "") {
+    for (int i = 0; i < 100; ++i) {
+      if (Ctl("jobs", ctl_flags).rc == 0) return;
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    FAIL() << "coordinator not ready: " << Shell("cat " + dir_ + "/coordinator.log").out;
+  }
+
+  void StopDaemon(int sig) {
+    if (pid_ <= 0) return;
+    kill(pid_, sig);
+    int st;
+    waitpid(pid_, &st, 0);
+    pid_ = -1;
+  }
+
+  Result Ctl(const std::string& args, const std::string& flags = "") {
+    return Shell(absl::StrCat(bin_, "/dynmo-ctl --coordinator=", address_, " ",
+                            flags, " ", args));
+  }
+
+  nlohmann::json Json(const Result& r) {
+    EXPECT_EQ(r.rc, 0) << r.out;
+    return nlohmann::json::parse(r.out, nullptr, false);
+  }
+
+  std::string Loadgen(const std::string& job, const std::string& source,
+                      int iterations) {
+    return absl::StrCat(bin_, "/dynmo-loadgen --coordinator=", address_,
+                        " --job=", job, " --agents=8 --iterations=", iterations,
+                        " --iteration_ms=10 --drain_s=0.5 ", source);
+  }
+
+  std::string bin_, dir_, address_;
+  int port_ = 0;
+  pid_t pid_ = -1;
+};
+
+TEST_F(DaemonTest, RepackingReleasesRanksThatCtlReleasedShows) {
+  StartDaemon();
+  WaitReady();
+  const std::string trace = WriteSkewedTrace(dir_, 50);
+  Result lg = Shell(Loadgen("skewed", "--trace=" + trace, 60));
+  ASSERT_EQ(lg.rc, 0) << lg.out;
+  nlohmann::json summary = nlohmann::json::parse(lg.out);
+  ASSERT_GE(summary["plans_applied"].get<int>(), 1) << lg.out;
+  const int active = static_cast<int>(summary["active_stages"].size());
+  ASSERT_LT(active, 8) << lg.out;
+
+  nlohmann::json released = Json(Ctl("released", "--json"));
+  ASSERT_EQ(static_cast<int>(released["gpus"].size()), 8 - active)
+      << released.dump(2);
+  for (const auto& g : released["gpus"]) {
+    EXPECT_EQ(g["job"], "skewed");
+    EXPECT_EQ(g["state"], "FREE");
+  }
+  Result table = Ctl("released");
+  EXPECT_EQ(table.rc, 0);
+  EXPECT_NE(table.out.find("gpu-1"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("sim-host-0"), std::string::npos) << table.out;
+  // The scheduler claims one and returns it.
+  EXPECT_EQ(Ctl("claim gpu-1 --holder=batch --lease_seconds=60").rc, 0);
+  EXPECT_EQ(Ctl("claim gpu-1 --holder=other").rc, 1) << "leased by batch";
+  EXPECT_EQ(Ctl("return gpu-1 --holder=batch").rc, 0);
+  // The job's history names the re-packing plan.
+  Result plans = Ctl("plans skewed");
+  EXPECT_NE(plans.out.find("applied"), std::string::npos) << plans.out;
+  EXPECT_NE(plans.out.find("repack"), std::string::npos) << plans.out;
+}
+
+TEST_F(DaemonTest, Kill9AndRestartLoseNothing) {
+  StartDaemon();
+  WaitReady();
+  const std::string trace = WriteSkewedTrace(dir_, 50);
+  ASSERT_EQ(Shell(Loadgen("first", "--trace=" + trace, 60)).rc, 0);
+  ASSERT_EQ(Ctl("claim gpu-2 gpu-3 --holder=sched --lease_seconds=600").rc, 0);
+  nlohmann::json before = Json(Ctl("released --all", "--json"));
+  nlohmann::json first_before = Json(Ctl("job first", "--json"));
+
+  // A second job is mid-run when the coordinator dies.
+  const std::string log = dir_ + "/loadgen.out";
+  Result bg = Shell(Loadgen("second", "--scenario=moe --layers=32", 400) + " > " +
+                  log + " 2>&1 & echo $!");
+  const pid_t loadgen = std::stoi(bg.out);
+  uint64_t epoch_before = 0;
+  for (int i = 0; i < 100 && epoch_before == 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(100));
+    Result r = Ctl("job second", "--json");
+    if (r.rc == 0) {
+      epoch_before =
+          std::stoull(nlohmann::json::parse(r.out)["summary"]["epoch"]
+                          .get<std::string>());
+    }
+  }
+  ASSERT_GT(epoch_before, 0u) << "the second job never planned";
+  StopDaemon(SIGKILL);
+  absl::SleepFor(absl::Milliseconds(300));
+  StartDaemon();
+  WaitReady();
+
+  // Nothing released or claimed was lost.
+  nlohmann::json after = Json(Ctl("released --all", "--json"));
+  EXPECT_EQ(after["gpus"], before["gpus"]);
+  nlohmann::json first_after = Json(Ctl("job first", "--json"));
+  EXPECT_EQ(first_after["summary"]["epoch"], first_before["summary"]["epoch"]);
+  EXPECT_EQ(first_after["boundaries"], first_before["boundaries"]);
+  // Epochs never go backwards.
+  nlohmann::json second = Json(Ctl("job second", "--json"));
+  EXPECT_GE(std::stoull(second["summary"]["epoch"].get<std::string>()),
+            epoch_before);
+
+  int st = 0;
+  waitpid(loadgen, &st, 0);  // not our child: returns at once with -1
+  for (int i = 0; i < 200 && kill(loadgen, 0) == 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  std::ifstream in(log);
+  std::string out((std::istreambuf_iterator<char>(in)),
+                  std::istreambuf_iterator<char>());
+  nlohmann::json summary = nlohmann::json::parse(out, nullptr, false);
+  ASSERT_FALSE(summary.is_discarded()) << out;
+  EXPECT_GT(summary["connects"].get<int>(), 8) << "agents reconnected";
+  // No plan was applied twice: applied epochs strictly increase.
+  uint64_t last = 0;
+  for (const auto& p : summary["plans"]) {
+    if (!p["applied"].get<bool>()) continue;
+    EXPECT_GT(p["epoch"].get<uint64_t>(), last);
+    last = p["epoch"].get<uint64_t>();
+  }
+  nlohmann::json final_job = Json(Ctl("job second", "--json"));
+  EXPECT_EQ(std::stoull(final_job["summary"]["applied_epoch"].get<std::string>()),
+            summary["applied_epoch"].get<uint64_t>());
+}
+
+TEST_F(DaemonTest, MutualTlsAndTokenAreEnforced) {
+  if (Shell("command -v openssl").rc != 0) GTEST_SKIP() << "no openssl";
+  const std::string d = dir_;
+  const std::string ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
+  std::ofstream(d + "/san.ext") << "subjectAltName=DNS:localhost,IP:127.0.0.1\n";
+  ASSERT_EQ(Shell(absl::StrCat("cd ", d, " && openssl req -x509 ", ec,
+                             " -keyout ca.key -out ca.pem -days 1 -subj /CN=ca"))
+                .rc,
+            0);
+  for (const std::string who : {"server", "client"}) {
+    ASSERT_EQ(Shell(absl::StrCat("cd ", d, " && openssl req ", ec, " -keyout ", who,
+                               ".key -out ", who, ".csr -subj /CN=localhost && ",
+                               "openssl x509 -req -in ", who,
+                               ".csr -CA ca.pem -CAkey ca.key -CAcreateserial -out ",
+                               who, ".pem -days 1 -extfile san.ext"))
+                  .rc,
+              0);
+  }
+  std::ofstream(d + "/token") << "t0ken\n";
+  StartDaemon({"--tls_cert=" + d + "/server.pem", "--tls_key=" + d + "/server.key",
+               "--tls_client_ca=" + d + "/ca.pem", "--token_file=" + d + "/token"});
+  const std::string tls = absl::StrCat(
+      "--tls_ca=", d, "/ca.pem --tls_cert=", d, "/client.pem --tls_key=", d,
+      "/client.key --tls_server_name=localhost --timeout_s=3");
+  WaitReady(tls + " --token_file=" + d + "/token");
+  EXPECT_EQ(Ctl("jobs", tls + " --token_file=" + d + "/token").rc, 0);
+  Result no_token = Ctl("jobs", tls);
+  EXPECT_EQ(no_token.rc, 1);
+  EXPECT_NE(no_token.out.find("code 16"), std::string::npos) << no_token.out;
+  // TLS without a client certificate is refused by mutual TLS.
+  EXPECT_NE(Ctl("jobs", absl::StrCat("--tls_ca=", d,
+                                     "/ca.pem --tls_server_name=localhost "
+                                     "--timeout_s=2 --token_file=",
+                                     d, "/token"))
+                .rc,
+            0);
+  // Plaintext against a TLS port fails too.
+  EXPECT_NE(Ctl("jobs", "--timeout_s=2 --token_file=" + d + "/token").rc, 0);
+}
+
+}  // namespace

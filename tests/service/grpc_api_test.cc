@@ -1,0 +1,385 @@
+// The gRPC surface of an in-process CoordinatorServer: validation of every
+// RPC, the bearer token, health checking, reflection, /metrics.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <limits>
+
+#include "agent/channel.h"
+#include "coordinator/service/server.h"
+#include "dynmo/v1/agent.grpc.pb.h"
+#include "dynmo/v1/operator.grpc.pb.h"
+#include "dynmo/v1/scheduler.grpc.pb.h"
+#include "grpcpp/client_context.h"
+#include "grpcpp/create_channel.h"
+#include "gtest/gtest.h"
+#include "absl/synchronization/notification.h"
+#include "grpcpp/completion_queue.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/support/byte_buffer.h"
+
+namespace dynmo::service {
+namespace {
+
+std::string TempDir() {
+  char tmpl[] = "/tmp/dynmo_api_XXXXXX";
+  return mkdtemp(tmpl);
+}
+
+std::string HttpGet(int port, const std::string& path) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return "";
+  }
+  const std::string req = "GET " + path +
+                          " HTTP/1.0\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+  (void)!write(fd, req.data(), req.size());
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
+  close(fd);
+  const size_t body = out.find("\r\n\r\n");
+  return body == std::string::npos ? "" : out.substr(body + 4);
+}
+
+dynmo::v1::RegisterRequest Reg(int rank) {
+  dynmo::v1::RegisterRequest r;
+  r.set_job("api");
+  r.set_rank(rank);
+  r.set_pipeline_rank(rank);
+  r.set_pipeline_size(2);
+  r.set_data_parallel_size(1);
+  r.set_num_layers(4);
+  return r;
+}
+
+class GrpcApiTest : public ::testing::Test {
+ protected:
+  void StartServer(const std::string& token, bool metrics = false) {
+    ServerOptions o;
+    if (metrics) o.metrics_listen = "127.0.0.1:0";
+    o.coordinator.state_dir = TempDir();
+    o.coordinator.job.default_policy.trigger = ParseTrigger("manual").value();
+    if (!token.empty()) {
+      o.token_file = o.coordinator.state_dir + "/token";
+      std::ofstream(o.token_file) << token << "\n";
+    }
+    auto s = CoordinatorServer::Start(o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    server_ = *std::move(s);
+    channel_ = grpc::CreateChannel(server_->address(),
+                                   grpc::InsecureChannelCredentials());
+    agents_ = dynmo::v1::AgentService::NewStub(channel_);
+    ops_ = dynmo::v1::OperatorService::NewStub(channel_);
+    sched_ = dynmo::v1::SchedulerService::NewStub(channel_);
+  }
+  void TearDown() override {
+    if (server_) server_->Shutdown();
+  }
+
+  grpc::Status Register(const dynmo::v1::RegisterRequest& r) {
+    grpc::ClientContext ctx;
+    dynmo::v1::RegisterResponse resp;
+    return agents_->Register(&ctx, r, &resp);
+  }
+
+  // Opens a session, sends `messages`, returns how the server ended it.
+  grpc::Status Session(const std::vector<dynmo::v1::AgentMessage>& messages) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    auto stream = agents_->Session(&ctx);
+    for (const auto& m : messages) {
+      if (!stream->Write(m)) break;
+    }
+    stream->WritesDone();
+    dynmo::v1::CoordinatorMessage in;
+    while (stream->Read(&in)) {
+    }
+    return stream->Finish();
+  }
+
+  std::unique_ptr<CoordinatorServer> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<dynmo::v1::AgentService::Stub> agents_;
+  std::unique_ptr<dynmo::v1::OperatorService::Stub> ops_;
+  std::unique_ptr<dynmo::v1::SchedulerService::Stub> sched_;
+};
+
+TEST_F(GrpcApiTest, MalformedRegistrationsAreInvalidAndCreateNothing) {
+  StartServer("");
+  auto r = Reg(0);
+  r.set_job("bad name!");
+  EXPECT_EQ(Register(r).error_code(), grpc::INVALID_ARGUMENT);
+  r = Reg(0);
+  r.set_rank(7);
+  EXPECT_EQ(Register(r).error_code(), grpc::INVALID_ARGUMENT);
+  r = Reg(0);
+  r.set_num_layers(1);  // fewer layers than stages
+  EXPECT_EQ(Register(r).error_code(), grpc::INVALID_ARGUMENT);
+  r = Reg(0);
+  r.add_boundaries(0);
+  r.add_boundaries(5);
+  r.add_boundaries(4);
+  EXPECT_EQ(Register(r).error_code(), grpc::INVALID_ARGUMENT);
+  r = Reg(0);
+  r.set_pipeline_size(100000);
+  r.set_data_parallel_size(100000);
+  EXPECT_EQ(Register(r).error_code(), grpc::INVALID_ARGUMENT);
+  EXPECT_TRUE(server_->coordinator().jobs().All().empty());
+}
+
+TEST_F(GrpcApiTest, ShapeMismatchIsFailedPrecondition) {
+  StartServer("");
+  ASSERT_TRUE(Register(Reg(0)).ok());
+  auto r = Reg(1);
+  r.set_num_layers(6);
+  grpc::Status s = Register(r);
+  EXPECT_EQ(s.error_code(), grpc::FAILED_PRECONDITION);
+  EXPECT_NE(s.error_message().find("layers"), std::string::npos);
+}
+
+TEST_F(GrpcApiTest, SessionsValidateEveryMessage) {
+  StartServer("");
+  ASSERT_TRUE(Register(Reg(0)).ok());
+  dynmo::v1::AgentMessage hello;
+  hello.mutable_hello()->set_job("api");
+  hello.mutable_hello()->set_rank(0);
+  dynmo::v1::AgentMessage report;
+  report.mutable_report()->set_iteration(1);
+  EXPECT_EQ(Session({report}).error_code(), grpc::INVALID_ARGUMENT)
+      << "the first message must be hello";
+  dynmo::v1::AgentMessage unknown = hello;
+  unknown.mutable_hello()->set_job("nope");
+  EXPECT_EQ(Session({unknown}).error_code(), grpc::NOT_FOUND);
+  dynmo::v1::AgentMessage unregistered = hello;
+  unregistered.mutable_hello()->set_rank(1);
+  EXPECT_EQ(Session({unregistered}).error_code(), grpc::FAILED_PRECONDITION);
+  dynmo::v1::AgentMessage nan = report;
+  auto* l = nan.mutable_report()->add_layers();
+  l->set_layer(0);
+  l->set_fwd_s(std::numeric_limits<double>::quiet_NaN());
+  grpc::Status s = Session({hello, nan});
+  EXPECT_EQ(s.error_code(), grpc::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("finite"), std::string::npos);
+  dynmo::v1::AgentMessage too_many = report;
+  for (int i = 0; i < 5; ++i) too_many.mutable_report()->add_layers()->set_layer(i % 4);
+  EXPECT_EQ(Session({hello, too_many}).error_code(), grpc::INVALID_ARGUMENT);
+  EXPECT_TRUE(Session({hello, report}).ok());
+  auto job = server_->coordinator().jobs().Find("api");
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ((*job)->Summary().reports(), 1) << "only the valid report counted";
+}
+
+TEST_F(GrpcApiTest, OversizedMessagesAreRejected) {
+  StartServer("");
+  auto r = Reg(0);
+  r.set_host(std::string(5 << 20, 'x'));  // over the 4 MiB limit
+  EXPECT_EQ(Register(r).error_code(), grpc::RESOURCE_EXHAUSTED);
+  r.set_host(std::string(1000, 'x'));     // under it, over the field limit
+  EXPECT_EQ(Register(r).error_code(), grpc::INVALID_ARGUMENT);
+}
+
+TEST_F(GrpcApiTest, OperatorErrorsNameTheProblem) {
+  StartServer("");
+  grpc::ClientContext ctx;
+  dynmo::v1::GetJobRequest req;
+  req.set_job("missing");
+  dynmo::v1::JobStatus st;
+  grpc::Status s = ops_->GetJob(&ctx, req, &st);
+  EXPECT_EQ(s.error_code(), grpc::NOT_FOUND);
+  EXPECT_NE(s.error_message().find("missing"), std::string::npos);
+  ASSERT_TRUE(Register(Reg(0)).ok());
+  grpc::ClientContext ctx2;
+  dynmo::v1::SetPolicyRequest sp;
+  sp.set_job("api");
+  sp.mutable_policy()->set_trigger("every:0");
+  dynmo::v1::SetPolicyResponse spr;
+  EXPECT_EQ(ops_->SetPolicy(&ctx2, sp, &spr).error_code(), grpc::INVALID_ARGUMENT);
+  grpc::ClientContext ctx3;
+  dynmo::v1::RebalanceRequest rb;
+  rb.set_job("api");
+  dynmo::v1::RebalanceResponse rbr;
+  grpc::Status r = ops_->Rebalance(&ctx3, rb, &rbr);
+  EXPECT_EQ(r.error_code(), grpc::FAILED_PRECONDITION) << "no profile yet";
+}
+
+TEST_F(GrpcApiTest, TokenGuardsSchedulerAndOperatorButNotAgents) {
+  StartServer("s3cret");
+  auto call_list = [&](const std::string& token) {
+    grpc::ClientContext ctx;
+    agent::AddBearerToken(&ctx, token);
+    dynmo::v1::ListReleasedResponse r;
+    return sched_->ListReleased(&ctx, dynmo::v1::ListReleasedRequest(), &r);
+  };
+  EXPECT_EQ(call_list("").error_code(), grpc::UNAUTHENTICATED);
+  EXPECT_EQ(call_list("wrong").error_code(), grpc::UNAUTHENTICATED);
+  EXPECT_TRUE(call_list("s3cret").ok());
+  grpc::ClientContext ctx;
+  dynmo::v1::ListJobsResponse jobs;
+  EXPECT_EQ(ops_->ListJobs(&ctx, dynmo::v1::ListJobsRequest(), &jobs).error_code(),
+            grpc::UNAUTHENTICATED);
+  EXPECT_TRUE(Register(Reg(0)).ok()) << "agents do not carry the token";
+}
+
+TEST_F(GrpcApiTest, WithoutATokenEverythingIsOpen) {
+  StartServer("");
+  grpc::ClientContext ctx;
+  dynmo::v1::ListJobsResponse jobs;
+  EXPECT_TRUE(ops_->ListJobs(&ctx, dynmo::v1::ListJobsRequest(), &jobs).ok());
+}
+
+// Raw unary call: the health and reflection stubs are not installed as
+// headers, so the test speaks their wire format through a GenericStub.
+grpc::Status RawCall(const std::shared_ptr<grpc::Channel>& channel,
+                     const std::string& method, const std::string& request,
+                     std::string* response) {
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext ctx;
+  grpc::Slice slice(request);
+  grpc::ByteBuffer req(&slice, 1), resp;
+  absl::Notification done;
+  grpc::Status status;
+  stub.UnaryCall(&ctx, method, grpc::StubOptions(), &req, &resp,
+                 [&](grpc::Status s) {
+                   status = s;
+                   done.Notify();
+                 });
+  done.WaitForNotification();
+  std::vector<grpc::Slice> slices;
+  if (status.ok() && resp.Dump(&slices).ok()) {
+    for (const auto& sl : slices) {
+      response->append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+    }
+  }
+  return status;
+}
+
+TEST_F(GrpcApiTest, HealthServiceReportsServing) {
+  StartServer("");
+  std::string resp;
+  // HealthCheckRequest{} -> HealthCheckResponse{status: SERVING (1)}.
+  ASSERT_TRUE(RawCall(channel_, "/grpc.health.v1.Health/Check", "", &resp).ok());
+  EXPECT_EQ(resp, std::string("\x08\x01", 2));
+}
+
+TEST_F(GrpcApiTest, ReflectionListsOurServices) {
+  StartServer("");
+  grpc::CompletionQueue cq;
+  grpc::GenericStub stub(channel_);
+  grpc::ClientContext ctx;
+  auto call = stub.PrepareCall(
+      &ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+      &cq);
+  auto wait = [&](intptr_t want) {
+    void* tag = nullptr;
+    bool ok = false;
+    return cq.Next(&tag, &ok) && reinterpret_cast<intptr_t>(tag) == want && ok;
+  };
+  call->StartCall(reinterpret_cast<void*>(1));
+  ASSERT_TRUE(wait(1));
+  // ServerReflectionRequest{list_services: ""} is field 7, empty string.
+  grpc::Slice slice(std::string("\x3a\x00", 2));
+  grpc::ByteBuffer req(&slice, 1), resp;
+  call->Write(req, reinterpret_cast<void*>(2));
+  ASSERT_TRUE(wait(2));
+  call->Read(&resp, reinterpret_cast<void*>(3));
+  ASSERT_TRUE(wait(3));
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(resp.Dump(&slices).ok());
+  std::string bytes;
+  for (const auto& sl : slices) {
+    bytes.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+  }
+  for (const char* service : {"dynmo.v1.AgentService", "dynmo.v1.SchedulerService",
+                              "dynmo.v1.OperatorService", "grpc.health.v1.Health"}) {
+    EXPECT_NE(bytes.find(service), std::string::npos) << service;
+  }
+  call->WritesDone(reinterpret_cast<void*>(4));
+  ASSERT_TRUE(wait(4));
+  grpc::Status status;
+  call->Finish(&status, reinterpret_cast<void*>(5));
+  ASSERT_TRUE(wait(5));
+  EXPECT_TRUE(status.ok());
+}
+
+TEST_F(GrpcApiTest, WatchReleasedStreamsTheSnapshotThenChanges) {
+  StartServer("");
+  dynmo::v1::ReleasedGpu g;
+  g.set_job("api");
+  g.set_epoch(1);
+  g.set_rank(3);
+  ASSERT_TRUE(server_->coordinator().pool().Add({g}).ok());
+  grpc::ClientContext ctx;
+  dynmo::v1::WatchReleasedRequest req;
+  req.set_include_claimed(true);
+  auto stream = sched_->WatchReleased(&ctx, req);
+  dynmo::v1::ReleasedEvent e;
+  ASSERT_TRUE(stream->Read(&e));
+  EXPECT_EQ(e.kind(), dynmo::v1::ReleasedEvent::SNAPSHOT);
+  EXPECT_EQ(e.gpu().id(), "gpu-1");
+  grpc::ClientContext cctx;
+  dynmo::v1::ClaimRequest claim;
+  claim.add_ids("gpu-1");
+  claim.set_holder("sched");
+  claim.set_lease_seconds(60);
+  dynmo::v1::ClaimResponse cresp;
+  ASSERT_TRUE(sched_->Claim(&cctx, claim, &cresp).ok());
+  ASSERT_TRUE(stream->Read(&e));
+  EXPECT_EQ(e.kind(), dynmo::v1::ReleasedEvent::CLAIMED);
+  EXPECT_EQ(e.gpu().holder(), "sched");
+  ctx.TryCancel();
+}
+
+TEST_F(GrpcApiTest, MetricsPassPromtool) {
+  StartServer("", /*metrics=*/true);
+  ASSERT_TRUE(Register(Reg(0)).ok());
+  ASSERT_TRUE(Register(Reg(1)).ok());
+  for (int rank = 0; rank < 2; ++rank) {
+    dynmo::v1::AgentMessage hello, report;
+    hello.mutable_hello()->set_job("api");
+    hello.mutable_hello()->set_rank(rank);
+    report.mutable_report()->set_iteration(0);
+    for (int l = 2 * rank; l < 2 * rank + 2; ++l) {
+      auto* ls = report.mutable_report()->add_layers();
+      ls->set_layer(l);
+      ls->set_fwd_s(0.01 * (l + 1));
+    }
+    ASSERT_TRUE(Session({hello, report}).ok());
+  }
+  server_->coordinator().TickAll(absl::Now());
+  auto r = Reg(0);
+  r.set_job("bad name!");
+  (void)Register(r);  // counts an RPC error
+  ASSERT_GT(server_->metrics_port(), 0);
+  const std::string text = HttpGet(server_->metrics_port(), "/metrics");
+  for (const char* name :
+       {"dynmo_stage_load_seconds", "dynmo_imbalance_ratio",
+        "dynmo_bottleneck_seconds", "dynmo_bottleneck_lower_bound_seconds",
+        "dynmo_predicted_bubble_ratio", "dynmo_plans_total",
+        "dynmo_migrated_bytes_total", "dynmo_gpus", "dynmo_reports_total",
+        "dynmo_rpc_errors_total", "dynmo_decision_latency_seconds"}) {
+    EXPECT_NE(text.find(name), std::string::npos) << name << "\n" << text;
+  }
+  EXPECT_NE(text.find("code=\"INVALID_ARGUMENT\""), std::string::npos);
+  if (system("command -v promtool >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "promtool not installed";
+  }
+  const std::string file = TempDir() + "/metrics.txt";
+  std::ofstream(file) << text;
+  EXPECT_EQ(system(("promtool check metrics < " + file).c_str()), 0) << text;
+}
+
+}  // namespace
+}  // namespace dynmo::service

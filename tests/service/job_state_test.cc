@@ -1,0 +1,420 @@
+#include "coordinator/service/job_state.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+
+#include "absl/synchronization/mutex.h"
+#include "gtest/gtest.h"
+
+namespace dynmo::service {
+namespace {
+
+using dynmo::v1::CoordinatorMessage;
+using dynmo::v1::PlanAck;
+
+class RecordingSink : public SessionSink {
+ public:
+  void Send(const CoordinatorMessage& m) override {
+    absl::MutexLock lock(&mu_);
+    sent_.push_back(m);
+  }
+  void Close(const absl::Status& s) override {
+    absl::MutexLock lock(&mu_);
+    closed_ = s;
+  }
+  std::vector<CoordinatorMessage> Take() {
+    absl::MutexLock lock(&mu_);
+    std::vector<CoordinatorMessage> out;
+    out.swap(sent_);
+    return out;
+  }
+  absl::Status closed() {
+    absl::MutexLock lock(&mu_);
+    return closed_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<CoordinatorMessage> sent_;
+  absl::Status closed_;
+};
+
+constexpr int kStages = 4;
+constexpr int kLayers = 8;
+
+dynmo::v1::RegisterRequest Reg(int rank) {
+  dynmo::v1::RegisterRequest r;
+  r.set_job("job");
+  r.set_rank(rank);
+  r.set_pipeline_rank(rank);
+  r.set_data_parallel_rank(0);
+  r.set_pipeline_size(kStages);
+  r.set_data_parallel_size(1);
+  r.set_num_layers(kLayers);
+  r.set_host("host");
+  r.set_device(rank);
+  r.set_memory_capacity_bytes(1LL << 34);
+  return r;
+}
+
+// Layer 0 and 1 are 4x heavier than the rest: uniform [0,2,4,6,8] puts both
+// on stage 0, so any exact balancer moves layers.
+dynmo::v1::IterationReport Report(int stage, int64_t iteration,
+                                  uint64_t epoch = 0) {
+  dynmo::v1::IterationReport rep;
+  rep.set_iteration(iteration);
+  rep.set_applied_epoch(epoch);
+  for (int l = 2 * stage; l < 2 * stage + 2; ++l) {
+    auto* s = rep.add_layers();
+    s->set_layer(l);
+    const double t = l < 2 ? 0.04 : 0.01;
+    s->set_fwd_s(t);
+    s->set_bwd_s(t);
+    s->set_wgrad_s(t);
+    s->set_resident_bytes(1 << 20);
+  }
+  return rep;
+}
+
+PlanAck Ack(uint64_t epoch, PlanAck::State state, int64_t iteration = 0) {
+  PlanAck a;
+  a.set_epoch(epoch);
+  a.set_state(state);
+  a.set_iteration(iteration);
+  return a;
+}
+
+std::string TempDir() {
+  char tmpl[] = "/tmp/dynmo_job_XXXXXX";
+  return mkdtemp(tmpl);
+}
+
+class JobStateTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = TempDir();
+    keeper_ = std::make_unique<StateKeeper>(dir_);
+    ASSERT_TRUE(keeper_->Open().ok());
+    pool_ = std::make_unique<ReleasedPool>(keeper_.get());
+    options_.default_policy.trigger.kind = Trigger::Kind::kManual;
+    options_.plan_lead_iterations = 5;
+    job_ = std::make_unique<JobState>(Reg(0), options_,
+                                      JobDeps{keeper_.get(), pool_.get(), nullptr});
+    for (int r = 0; r < kStages; ++r) {
+      dynmo::v1::RegisterResponse resp;
+      ASSERT_TRUE(job_->Register(Reg(r), &resp).ok());
+      sinks_.push_back(std::make_shared<RecordingSink>());
+      ASSERT_TRUE(job_->Attach(r, sinks_.back()).ok());
+    }
+  }
+
+  void ReportAll(int64_t iteration, uint64_t epoch = 0) {
+    for (int r = 0; r < kStages; ++r) {
+      ASSERT_TRUE(job_->OnReport(r, Report(r, iteration, epoch)).ok());
+    }
+  }
+
+  // Issues a plan through the operator path and returns it.
+  dynmo::v1::Plan Issue() {
+    ReportAll(0);
+    auto r = job_->Rebalance(absl::Now());
+    EXPECT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE(r->issued()) << r->detail();
+    return r->plan();
+  }
+
+  std::string dir_;
+  JobOptions options_;
+  std::unique_ptr<StateKeeper> keeper_;
+  std::unique_ptr<ReleasedPool> pool_;
+  std::unique_ptr<JobState> job_;
+  std::vector<std::shared_ptr<RecordingSink>> sinks_;
+};
+
+TEST_F(JobStateTest, RebalanceSendsPrepareToEveryRankWithApplyAhead) {
+  ReportAll(3);
+  auto r = job_->Rebalance(absl::Now());
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->issued());
+  EXPECT_EQ(r->plan().epoch(), 1u);
+  EXPECT_EQ(r->plan().apply_iteration(), 3 + 5);
+  EXPECT_NE(r->plan().boundaries(1), 2) << "the heavy stage 0 must shrink";
+  for (auto& s : sinks_) {
+    auto msgs = s->Take();
+    ASSERT_EQ(msgs.size(), 1u);
+    EXPECT_TRUE(msgs[0].has_prepare());
+    EXPECT_EQ(msgs[0].prepare().epoch(), 1u);
+  }
+  EXPECT_EQ(job_->Summary().plan_state(), "preparing");
+}
+
+TEST_F(JobStateTest, CommitOnlyAfterEveryRankPrepared) {
+  const auto plan = Issue();
+  for (auto& s : sinks_) s->Take();
+  for (int r = 0; r < kStages - 1; ++r) {
+    ASSERT_TRUE(job_->OnAck(r, Ack(plan.epoch(), PlanAck::PREPARED)).ok());
+  }
+  for (auto& s : sinks_) EXPECT_TRUE(s->Take().empty());
+  // A duplicate PREPARED does not count twice.
+  ASSERT_TRUE(job_->OnAck(0, Ack(plan.epoch(), PlanAck::PREPARED)).ok());
+  for (auto& s : sinks_) EXPECT_TRUE(s->Take().empty());
+  ASSERT_TRUE(job_->OnAck(kStages - 1, Ack(plan.epoch(), PlanAck::PREPARED)).ok());
+  for (auto& s : sinks_) {
+    auto msgs = s->Take();
+    ASSERT_EQ(msgs.size(), 1u);
+    ASSERT_TRUE(msgs[0].has_commit());
+    EXPECT_EQ(msgs[0].commit().apply_iteration(), plan.apply_iteration());
+  }
+  EXPECT_EQ(job_->Summary().plan_state(), "committed");
+}
+
+TEST_F(JobStateTest, AppliedAckMovesTheLayoutAndDuplicatesAreNoOps) {
+  const auto plan = Issue();
+  for (int r = 0; r < kStages; ++r) {
+    ASSERT_TRUE(job_->OnAck(r, Ack(plan.epoch(), PlanAck::PREPARED)).ok());
+  }
+  ASSERT_TRUE(job_->OnAck(2, Ack(plan.epoch(), PlanAck::APPLIED)).ok());
+  auto st = job_->Status();
+  EXPECT_EQ(st.summary().applied_epoch(), plan.epoch());
+  EXPECT_EQ(std::vector<int>(st.boundaries().begin(), st.boundaries().end()),
+            std::vector<int>(plan.boundaries().begin(), plan.boundaries().end()));
+  ASSERT_EQ(st.history_size(), 1);
+  EXPECT_EQ(st.history(0).outcome(), dynmo::v1::PLAN_OUTCOME_APPLIED);
+  // Late duplicates of any kind for a settled epoch change nothing.
+  ASSERT_TRUE(job_->OnAck(1, Ack(plan.epoch(), PlanAck::APPLIED)).ok());
+  ASSERT_TRUE(job_->OnAck(3, Ack(plan.epoch(), PlanAck::FAILED)).ok());
+  EXPECT_EQ(job_->Status().history(0).outcome(),
+            dynmo::v1::PLAN_OUTCOME_APPLIED);
+}
+
+TEST_F(JobStateTest, AFailedRankAbortsForEveryone) {
+  const auto plan = Issue();
+  for (auto& s : sinks_) s->Take();
+  ASSERT_TRUE(job_->OnAck(1, Ack(plan.epoch(), PlanAck::FAILED)).ok());
+  for (auto& s : sinks_) {
+    auto msgs = s->Take();
+    ASSERT_EQ(msgs.size(), 1u);
+    EXPECT_TRUE(msgs[0].has_abort());
+  }
+  auto st = job_->Status();
+  EXPECT_EQ(st.summary().applied_epoch(), 0u);
+  EXPECT_EQ(st.history(0).outcome(), dynmo::v1::PLAN_OUTCOME_ABORTED);
+  // The next plan gets a new epoch: epochs are never reused.
+  EXPECT_EQ(Issue().epoch(), 2u);
+}
+
+TEST_F(JobStateTest, PrepareTimeoutAndTooLateAbort) {
+  const auto plan = Issue();
+  job_->Tick(absl::Now() + absl::Seconds(60));
+  EXPECT_EQ(job_->Status().history(0).outcome(),
+            dynmo::v1::PLAN_OUTCOME_ABORTED);
+  const auto second = Issue();
+  // A rank reports the iteration just before the apply iteration: too late
+  // to commit safely.
+  ASSERT_TRUE(job_->OnReport(0, Report(0, second.apply_iteration() - 1)).ok());
+  job_->Tick(absl::Now());
+  EXPECT_EQ(job_->Status().history(1).outcome(),
+            dynmo::v1::PLAN_OUTCOME_ABORTED);
+  (void)plan;
+}
+
+TEST_F(JobStateTest, CommittedPlanIsSettledByReportsOfTheApplyIteration) {
+  const auto plan = Issue();
+  for (int r = 0; r < kStages; ++r) {
+    ASSERT_TRUE(job_->OnAck(r, Ack(plan.epoch(), PlanAck::PREPARED)).ok());
+  }
+  // The APPLIED acks were lost; a report of the apply iteration that ran
+  // under the new epoch settles it.
+  ASSERT_TRUE(
+      job_->OnReport(0, Report(0, plan.apply_iteration(), plan.epoch())).ok());
+  EXPECT_EQ(job_->Summary().applied_epoch(), plan.epoch());
+}
+
+TEST_F(JobStateTest, MalformedReportsAreRejectedAndChangeNothing) {
+  ReportAll(0);
+  const auto before = job_->Summary();
+  auto nan = Report(0, 1);
+  nan.mutable_layers(0)->set_fwd_s(std::numeric_limits<double>::quiet_NaN());
+  EXPECT_EQ(job_->OnReport(0, nan).code(), absl::StatusCode::kInvalidArgument);
+  auto neg = Report(0, 1);
+  neg.mutable_layers(0)->set_bwd_s(-1);
+  EXPECT_EQ(job_->OnReport(0, neg).code(), absl::StatusCode::kInvalidArgument);
+  auto out_of_range = Report(0, 1);
+  out_of_range.mutable_layers(0)->set_layer(kLayers);
+  EXPECT_EQ(job_->OnReport(0, out_of_range).code(),
+            absl::StatusCode::kInvalidArgument);
+  auto dup = Report(0, 1);
+  dup.mutable_layers(1)->set_layer(dup.layers(0).layer());
+  EXPECT_EQ(job_->OnReport(0, dup).code(), absl::StatusCode::kInvalidArgument);
+  auto future = Report(0, 1, /*epoch=*/9);
+  EXPECT_EQ(job_->OnReport(0, future).code(),
+            absl::StatusCode::kFailedPrecondition);
+  const auto after = job_->Summary();
+  EXPECT_EQ(after.reports(), before.reports());
+  EXPECT_EQ(after.last_iteration(), before.last_iteration());
+}
+
+TEST_F(JobStateTest, RegistrationsThatDoNotFitTheJobAreRefused) {
+  dynmo::v1::RegisterResponse resp;
+  auto r = Reg(1);
+  r.set_num_layers(kLayers + 1);
+  EXPECT_EQ(job_->Register(r, &resp).code(),
+            absl::StatusCode::kFailedPrecondition);
+  r = Reg(1);
+  r.set_pipeline_rank(2);  // stage 2 belongs to rank 2
+  EXPECT_EQ(job_->Register(r, &resp).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(JobStateTest, AckForAnEpochNeverIssuedIsInvalid) {
+  EXPECT_EQ(job_->OnAck(0, Ack(5, PlanAck::PREPARED)).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(job_->OnAck(0, Ack(0, PlanAck::PREPARED)).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(JobStateTest, EveryNTriggerIssuesOnItsOwn) {
+  dynmo::v1::Policy p;
+  p.set_trigger("every:5");
+  ASSERT_TRUE(job_->SetPolicy(p).ok());
+  for (int it = 0; it < 5; ++it) {
+    ReportAll(it);
+    job_->Tick(absl::Now());
+  }
+  EXPECT_EQ(job_->Summary().plan_state(), "preparing");
+  EXPECT_EQ(job_->Summary().epoch(), 1u);
+}
+
+TEST_F(JobStateTest, OnEventTriggerWaitsForAModelChange) {
+  dynmo::v1::Policy p;
+  p.set_trigger("on-event");
+  ASSERT_TRUE(job_->SetPolicy(p).ok());
+  for (int it = 0; it < 5; ++it) {
+    ReportAll(it);
+    job_->Tick(absl::Now());
+  }
+  EXPECT_EQ(job_->Summary().epoch(), 0u) << "no event, no plan";
+  auto changed = Report(0, 5);
+  changed.set_model_changed(true);
+  ASSERT_TRUE(job_->OnReport(0, changed).ok());
+  job_->Tick(absl::Now());
+  EXPECT_EQ(job_->Summary().epoch(), 1u);
+}
+
+TEST_F(JobStateTest, AutoTriggerIssuesOnlyAfterRepeatedPayback) {
+  dynmo::v1::Policy p;
+  p.set_trigger("auto");
+  ASSERT_TRUE(job_->SetPolicy(p).ok());
+  // 4x heavy layers on one stage: the gain pays back 1 MiB moves at once,
+  // but only the third consecutive positive verdict issues the plan.
+  ReportAll(0);
+  job_->Tick(absl::Now());
+  EXPECT_EQ(job_->Summary().epoch(), 0u);
+  ReportAll(1);
+  job_->Tick(absl::Now());
+  EXPECT_EQ(job_->Summary().epoch(), 0u);
+  ReportAll(2);
+  job_->Tick(absl::Now());
+  EXPECT_EQ(job_->Summary().epoch(), 1u);
+}
+
+TEST_F(JobStateTest, AutoTriggerLeavesABalancedJobAlone) {
+  dynmo::v1::Policy p;
+  p.set_trigger("auto");
+  ASSERT_TRUE(job_->SetPolicy(p).ok());
+  for (int it = 0; it < 50; ++it) {
+    for (int r = 0; r < kStages; ++r) {
+      dynmo::v1::IterationReport rep;
+      rep.set_iteration(it);
+      for (int l = 2 * r; l < 2 * r + 2; ++l) {
+        auto* s = rep.add_layers();
+        s->set_layer(l);
+        // +-1% noise around equal layers.
+        s->set_fwd_s(0.01 * (1 + 0.01 * (((it * 7 + l * 3) % 5) - 2)));
+      }
+      ASSERT_TRUE(job_->OnReport(r, rep).ok());
+    }
+    job_->Tick(absl::Now());
+  }
+  EXPECT_EQ(job_->Summary().epoch(), 0u) << "noise must not cause plans";
+}
+
+TEST_F(JobStateTest, RestartKeepsTheEpochAndAbortsAnUncommittedPlan) {
+  const auto plan = Issue();
+  StateKeeper keeper(dir_);
+  auto state = keeper.Open();
+  ASSERT_TRUE(state.ok());
+  ASSERT_EQ(state->jobs_size(), 1);
+  EXPECT_EQ(state->jobs(0).epoch(), plan.epoch());
+  ReleasedPool pool(&keeper);
+  JobState restored(state->jobs(0), options_, JobDeps{&keeper, &pool, nullptr});
+  auto st = restored.Status();
+  EXPECT_EQ(st.summary().epoch(), plan.epoch());
+  EXPECT_EQ(st.summary().plan_state(), "idle");
+  ASSERT_EQ(st.history_size(), 1);
+  EXPECT_EQ(st.history(0).outcome(), dynmo::v1::PLAN_OUTCOME_ABORTED);
+}
+
+TEST_F(JobStateTest, RankThatRestartedWithoutTheCommittedPlanAbortsIt) {
+  const auto plan = Issue();
+  for (int r = 0; r < kStages; ++r) {
+    ASSERT_TRUE(job_->OnAck(r, Ack(plan.epoch(), PlanAck::PREPARED)).ok());
+  }
+  dynmo::v1::RegisterResponse resp;
+  ASSERT_TRUE(job_->Register(Reg(2), &resp).ok());  // pending_epoch 0
+  EXPECT_EQ(job_->Status().history(0).outcome(),
+            dynmo::v1::PLAN_OUTCOME_ABORTED);
+}
+
+TEST_F(JobStateTest, ANewerSessionSupersedesTheOldOne) {
+  auto fresh = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(job_->Attach(1, fresh).ok());
+  EXPECT_EQ(sinks_[1]->closed().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(job_->Attach(99, fresh).code(), absl::StatusCode::kNotFound);
+}
+
+TEST(JobStateRepackTest, RepackReleasesStagesIntoThePool) {
+  StateKeeper keeper("");
+  ASSERT_TRUE(keeper.Open().ok());
+  ReleasedPool pool(&keeper);
+  JobOptions options;
+  options.default_policy.trigger.kind = Trigger::Kind::kManual;
+  options.default_policy.repack = true;
+  JobState job(Reg(0), options, JobDeps{&keeper, &pool, nullptr});
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  for (int r = 0; r < kStages; ++r) {
+    dynmo::v1::RegisterResponse resp;
+    ASSERT_TRUE(job.Register(Reg(r), &resp).ok());
+    sinks.push_back(std::make_shared<RecordingSink>());
+    ASSERT_TRUE(job.Attach(r, sinks.back()).ok());
+  }
+  // Layer 0 dominates: one stage for it and one for the rest lose nothing.
+  for (int r = 0; r < kStages; ++r) {
+    dynmo::v1::IterationReport rep;
+    rep.set_iteration(0);
+    for (int l = 2 * r; l < 2 * r + 2; ++l) {
+      auto* s = rep.add_layers();
+      s->set_layer(l);
+      s->set_fwd_s(l == 0 ? 1.0 : 0.001);
+    }
+    ASSERT_TRUE(job.OnReport(r, rep).ok());
+  }
+  auto reb = job.Rebalance(absl::Now());
+  ASSERT_TRUE(reb.ok()) << reb.status();
+  ASSERT_TRUE(reb->issued());
+  const auto& plan = reb->plan();
+  ASSERT_GT(plan.released_stages_size(), 0);
+  EXPECT_EQ(plan.split_size(), kStages);
+  for (int r = 0; r < kStages; ++r) {
+    ASSERT_TRUE(job.OnAck(r, Ack(plan.epoch(), PlanAck::PREPARED)).ok());
+  }
+  ASSERT_TRUE(job.OnAck(0, Ack(plan.epoch(), PlanAck::APPLIED)).ok());
+  auto released = pool.List("job", false);
+  EXPECT_EQ(static_cast<int>(released.size()), plan.released_stages_size());
+  EXPECT_EQ(job.Summary().active_stages(),
+            kStages - plan.released_stages_size());
+}
+
+}  // namespace
+}  // namespace dynmo::service

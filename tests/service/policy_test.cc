@@ -1,0 +1,86 @@
+#include "coordinator/service/policy.h"
+
+#include <random>
+
+#include "gtest/gtest.h"
+
+namespace dynmo::service {
+namespace {
+
+TEST(ParseTriggerTest, AcceptsEveryForm) {
+  ASSERT_TRUE(ParseTrigger("auto").ok());
+  ASSERT_TRUE(ParseTrigger("on-event").ok());
+  ASSERT_TRUE(ParseTrigger("manual").ok());
+  absl::StatusOr<Trigger> t = ParseTrigger("every:25");
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->kind, Trigger::Kind::kEvery);
+  EXPECT_EQ(t->every_iterations, 25);
+  EXPECT_EQ(TriggerName(*t), "every:25");
+}
+
+TEST(ParseTriggerTest, RejectsMalformedWithMessage) {
+  for (const char* bad : {"every:0", "every:", "every:x", "sometimes", ""}) {
+    absl::StatusOr<Trigger> t = ParseTrigger(bad);
+    EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+}
+
+TEST(EvaluateAutoTest, GainThatPaysBackMigrationIsAccepted) {
+  AutoOptions o;  // horizon 200, 10 GB/s, margin 2, min gain 5%
+  AutoInput in{/*current=*/0.10, /*candidate=*/0.08,
+               /*migration_bytes=*/1LL << 30, /*microbatches=*/8};
+  AutoVerdict v = EvaluateAuto(o, in);
+  // gain = 0.02 * 8 * 200 = 32 s, migration = 0.107 s.
+  EXPECT_TRUE(v.pays_back) << v.why;
+  EXPECT_NEAR(v.gain_s, 32, 1e-9);
+}
+
+TEST(EvaluateAutoTest, MigrationTooExpensiveForTheHorizonIsRefused) {
+  AutoOptions o;
+  o.bandwidth_bytes_per_s = 1e6;  // a slow link
+  AutoInput in{0.10, 0.09, 1LL << 30, 1};  // gain 2 s vs 1073 s
+  EXPECT_FALSE(EvaluateAuto(o, in).pays_back);
+}
+
+TEST(EvaluateAutoTest, SmallRelativeGainIsRefusedEvenWhenFree) {
+  AutoOptions o;
+  AutoInput in{0.100, 0.099, 0, 8};  // 1% < 5%
+  EXPECT_FALSE(EvaluateAuto(o, in).pays_back);
+}
+
+TEST(AutoGateTest, NeedsConsecutiveConfirmationsAndHonoursCooldown) {
+  AutoOptions o;
+  o.confirmations = 3;
+  o.cooldown_iterations = 50;
+  AutoGate gate(o);
+  AutoVerdict yes;
+  yes.pays_back = true;
+  AutoVerdict no;
+  EXPECT_FALSE(gate.Observe(yes, 1));
+  EXPECT_FALSE(gate.Observe(no, 2));  // streak broken
+  EXPECT_FALSE(gate.Observe(yes, 3));
+  EXPECT_FALSE(gate.Observe(yes, 4));
+  EXPECT_TRUE(gate.Observe(yes, 5));
+  gate.OnPlanIssued(5);
+  for (int it = 6; it < 55; ++it) EXPECT_FALSE(gate.Observe(yes, it)) << it;
+  EXPECT_TRUE(gate.Observe(yes, 56));
+}
+
+// Noise around a balanced layout: the candidate is sometimes a hair better,
+// sometimes worse. The gate must never fire (no thrashing).
+TEST(AutoGateTest, NoiseAroundTheOptimumNeverTriggers) {
+  AutoOptions o;
+  AutoGate gate(o);
+  std::mt19937 rng(7);
+  std::normal_distribution<double> noise(0, 0.01);
+  for (int it = 0; it < 5000; ++it) {
+    const double current = 0.1 * (1 + noise(rng));
+    const double candidate = 0.1 * (1 + noise(rng));
+    AutoVerdict v =
+        EvaluateAuto(o, AutoInput{current, candidate, 64LL << 20, 8});
+    ASSERT_FALSE(gate.Observe(v, it)) << "fired at iteration " << it;
+  }
+}
+
+}  // namespace
+}  // namespace dynmo::service

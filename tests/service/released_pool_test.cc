@@ -1,0 +1,108 @@
+#include "coordinator/service/released_pool.h"
+
+#include <cstdlib>
+
+#include "gtest/gtest.h"
+
+namespace dynmo::service {
+namespace {
+
+std::string TempDir() {
+  char tmpl[] = "/tmp/dynmo_pool_XXXXXX";
+  return mkdtemp(tmpl);
+}
+
+dynmo::v1::ReleasedGpu Gpu(const std::string& job, uint64_t epoch, int rank) {
+  dynmo::v1::ReleasedGpu g;
+  g.set_job(job);
+  g.set_epoch(epoch);
+  g.set_rank(rank);
+  g.set_host("h");
+  g.set_device(rank);
+  return g;
+}
+
+class ReleasedPoolTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = TempDir();
+    keeper_ = std::make_unique<StateKeeper>(dir_);
+    ASSERT_TRUE(keeper_->Open().ok());
+    pool_ = std::make_unique<ReleasedPool>(keeper_.get());
+    ASSERT_TRUE(pool_->Add({Gpu("j", 1, 2), Gpu("j", 1, 3)}).ok());
+  }
+  std::string dir_;
+  std::unique_ptr<StateKeeper> keeper_;
+  std::unique_ptr<ReleasedPool> pool_;
+};
+
+TEST_F(ReleasedPoolTest, AddIsIdempotentPerJobEpochRank) {
+  ASSERT_TRUE(pool_->Add({Gpu("j", 1, 2)}).ok());
+  EXPECT_EQ(pool_->List("", true).size(), 2u);
+}
+
+TEST_F(ReleasedPoolTest, ClaimIsAllOrNothing) {
+  auto r = pool_->Claim({"gpu-1", "gpu-77"}, "sched", 60, absl::Now());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.status().message().find("gpu-77: unknown"), std::string::npos);
+  EXPECT_EQ(pool_->List("", false).size(), 2u);  // nothing claimed
+}
+
+TEST_F(ReleasedPoolTest, LeaseBlocksOthersUntilItExpires) {
+  const absl::Time t0 = absl::Now();
+  ASSERT_TRUE(pool_->Claim({"gpu-1"}, "a", 60, t0).ok());
+  EXPECT_FALSE(pool_->Claim({"gpu-1"}, "b", 60, t0 + absl::Seconds(10)).ok());
+  EXPECT_TRUE(pool_->Claim({"gpu-1"}, "a", 60, t0 + absl::Seconds(10)).ok())
+      << "the holder renews";
+  EXPECT_TRUE(pool_->Claim({"gpu-1"}, "b", 60, t0 + absl::Seconds(100)).ok())
+      << "an expired lease may be taken";
+}
+
+TEST_F(ReleasedPoolTest, OnlyTheHolderReturns) {
+  ASSERT_TRUE(pool_->Claim({"gpu-2"}, "a", 60, absl::Now()).ok());
+  EXPECT_EQ(pool_->Return({"gpu-2"}, "b").status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(pool_->Return({"gpu-1"}, "a").status().code(),
+            absl::StatusCode::kFailedPrecondition);  // not claimed
+  ASSERT_TRUE(pool_->Return({"gpu-2"}, "a").ok());
+  EXPECT_EQ(pool_->List("", false).size(), 2u);
+}
+
+TEST_F(ReleasedPoolTest, BadArgumentsAreInvalid) {
+  EXPECT_EQ(pool_->Claim({}, "a", 60, absl::Now()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(pool_->Claim({"gpu-1"}, "", 60, absl::Now()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(pool_->Claim({"gpu-1"}, "a", 0, absl::Now()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(ReleasedPoolTest, ClaimsSurviveARestart) {
+  ASSERT_TRUE(pool_->Claim({"gpu-2"}, "sched", 600, absl::Now()).ok());
+  StateKeeper keeper(dir_);
+  auto state = keeper.Open();
+  ASSERT_TRUE(state.ok());
+  ReleasedPool restored(&keeper);
+  restored.Restore(*state);
+  auto all = restored.List("", true);
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[1].state(), dynmo::v1::ReleasedGpu::CLAIMED);
+  EXPECT_EQ(all[1].holder(), "sched");
+  // New ids continue after the restored ones.
+  ASSERT_TRUE(restored.Add({Gpu("k", 4, 0)}).ok());
+  EXPECT_EQ(restored.List("k", true)[0].id(), "gpu-3");
+}
+
+TEST_F(ReleasedPoolTest, WatchersSeeEventsInOrder) {
+  bool reset = false;
+  auto events = pool_->WaitEvents(0, absl::Milliseconds(10), &reset);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].event.kind(), dynmo::v1::ReleasedEvent::RELEASED);
+  ASSERT_TRUE(pool_->Claim({"gpu-1"}, "a", 5, absl::Now()).ok());
+  events = pool_->WaitEvents(2, absl::Milliseconds(10), &reset);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].event.kind(), dynmo::v1::ReleasedEvent::CLAIMED);
+}
+
+}  // namespace
+}  // namespace dynmo::service
