@@ -256,7 +256,11 @@ class Agent::Impl {
           return;
         }
         pending_ = plan;
-        committed_ = false;
+        committed_ = plan.commit_with_prepare();
+        if (committed_) {
+          stats_.last_commit_epoch = e;
+          stats_.last_commit_unix_nanos = absl::ToUnixNanos(absl::Now());
+        }
         ++stats_.plans_prepared;
         QueueAckLocked(e, PlanAck::PREPARED, "");
         return;

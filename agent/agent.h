@@ -10,11 +10,13 @@
 //     run iteration k; agent->ReportIteration(sample_of_k);
 //
 // A background thread owns the connection: Register, then one Session
-// stream; it reconnects with exponential backoff (re-registering with the
-// applied epoch and layout) whenever the stream breaks. ReportIteration
-// never blocks: samples wait in a bounded queue that drops the OLDEST when
-// full, so a slow or absent coordinator costs training nothing, and the
-// trainer keeps running on the last plan it applied.
+// stream, whose reads and writes run on gRPC's callback threads (no thread
+// per stream); it reconnects with exponential backoff (re-registering with
+// the applied epoch, the layout and any plan it holds) whenever the stream
+// breaks. ReportIteration never blocks on the network: samples wait in a
+// bounded queue that drops the OLDEST when full, so a slow or absent
+// coordinator costs training nothing, and the trainer keeps running on the
+// last plan it applied.
 //
 // Plans follow the two-phase protocol of docs/protocol.md: the agent acks
 // PREPARED for a plan newer than anything it settled whose apply iteration

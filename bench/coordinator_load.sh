@@ -29,11 +29,11 @@ with open(sys.argv[1], "w") as f:
         f.write(json.dumps({"iter": k, "layers": layers}) + "\n")
 PY
 
-run() {  # agents dp iteration_ms iterations
-  local agents=$1 dp=$2 ms=$3 iters=$4 port
+run() {  # agents dp iteration_ms iterations commit
+  local agents=$1 dp=$2 ms=$3 iters=$4 commit=$5 port
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   "$bin/dynmo-coordinator" --listen "127.0.0.1:$port" --trigger every:10 \
-      --plan_lead_iterations 5 > "$work/coord.log" 2>&1 &
+      --plan_lead_iterations 5 --commit "$commit" > "$work/coord.log" 2>&1 &
   coord=$!
   sleep 0.5
   /usr/bin/time -f "%M" -o "$work/lg.rss" "$bin/dynmo-loadgen" \
@@ -44,22 +44,25 @@ run() {  # agents dp iteration_ms iterations
   ticks=$(awk '{print $14 + $15}' "/proc/$coord/stat")
   hwm=$(awk '/VmHWM/ {print $2}' "/proc/$coord/status")
   kill "$coord"; wait "$coord" 2>/dev/null || true
-  python3 - "$work/lg.json" "$ticks" "$hwm" "$(cat "$work/lg.rss")" "$(getconf CLK_TCK)" <<'PY'
+  python3 - "$work/lg.json" "$ticks" "$hwm" "$(cat "$work/lg.rss")" "$(getconf CLK_TCK)" "$commit" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
 ticks, hwm, lg_rss, hz = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 cpu = ticks / hz
 wall = d["run_seconds"] + 1.5
-print(f"| {d['agents']} | {d['stages']}x{d['replicas']} | {d['reports_per_second']:.0f} | "
+print(f"| {d['agents']} | {d['stages']}x{d['replicas']} | {sys.argv[6]} | {d['reports_per_second']:.0f} | "
       f"{d['samples_dropped']} | {d['plans_applied']}/{d['plans_applied'] + d['plans_failed']} | "
       f"{d['plan_delivery_ms_p50']:.0f} | {d['plan_delivery_ms_p99']:.0f} | {d['plan_delivery_ms_max']:.0f} | "
       f"{cpu:.1f} s ({100 * cpu / wall:.0f}% of a core) | {hwm / 1024:.0f} MiB | {lg_rss / 1024:.0f} MiB |")
 PY
 }
 
-echo "| agents | stages x replicas | reports/s | dropped | plans applied | delivery p50 ms | p99 ms | max ms | coordinator CPU | coordinator peak RSS | loadgen peak RSS |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|"
-run 1024 128 50 200    # 1,024 agents x 20 it/s = 20,480 reports/s offered
-run 1024 128 20 200    # 1,024 agents x 50 it/s = 51,200 reports/s offered
-run 4096 512 200 100   # 4,096 agents x 5 it/s  = 20,480 reports/s offered
-run 4096 512 100 100   # 4,096 agents x 10 it/s = 40,960 reports/s offered
+echo "| agents | stages x replicas | commit | reports/s | dropped | plans applied | delivery p50 ms | p99 ms | max ms | coordinator CPU | coordinator peak RSS | loadgen peak RSS |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+run 1024 128 50 200 two-phase   # 1,024 agents x 20 it/s = 20,480 reports/s offered
+run 1024 128 20 200 two-phase   # 1,024 agents x 50 it/s = 51,200 reports/s offered
+run 4096 512 200 100 two-phase  # 4,096 agents x 5 it/s  = 20,480 reports/s offered
+run 4096 512 100 100 two-phase  # 4,096 agents x 10 it/s = 40,960 reports/s offered
+run 1024 128 50 200 in-band
+run 4096 512 200 100 in-band
+run 4096 512 100 100 in-band

@@ -27,19 +27,21 @@ class Outbox final : public SessionSink {
       grpc::ServerBidiReactor<AgentMessage, CoordinatorMessage>* reactor)
       : reactor_(reactor) {}
 
-  void Send(const CoordinatorMessage& message) override {
+  void Send(std::shared_ptr<const CoordinatorMessage> message) override {
     grpc::ServerBidiReactor<AgentMessage, CoordinatorMessage>* start = nullptr;
+    const CoordinatorMessage* first = nullptr;
     {
       absl::MutexLock lock(&mu_);
       if (reactor_ == nullptr || finishing_) return;
-      queue_.push_back(message);
+      queue_.push_back(std::move(message));
       if (!writing_) {
         writing_ = true;
         start = reactor_;
+        first = queue_.front().get();
       }
     }
     // Outside the lock: gRPC may run reactions inline.
-    if (start != nullptr) start->StartWrite(&queue_front());
+    if (start != nullptr) start->StartWrite(first);
   }
 
   void Close(const absl::Status& status) override {
@@ -70,7 +72,7 @@ class Outbox final : public SessionSink {
       queue_.pop_front();
       if (!ok) queue_.clear();  // the stream is broken: nothing more goes out
       if (!queue_.empty() && !(finishing_ && pending_finish_)) {
-        next = &queue_.front();
+        next = queue_.front().get();
         r = reactor_;
       } else {
         writing_ = false;
@@ -101,15 +103,12 @@ class Outbox final : public SessionSink {
   }
 
  private:
-  const CoordinatorMessage& queue_front() {
-    absl::MutexLock lock(&mu_);
-    return queue_.front();
-  }
-
   absl::Mutex mu_;
   grpc::ServerBidiReactor<AgentMessage, CoordinatorMessage>* reactor_
       ABSL_GUARDED_BY(mu_);
-  std::deque<CoordinatorMessage> queue_ ABSL_GUARDED_BY(mu_);
+  // Front = the write in flight; shared_ptr keeps it alive until done.
+  std::deque<std::shared_ptr<const CoordinatorMessage>> queue_
+      ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finishing_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<grpc::Status> pending_finish_ ABSL_GUARDED_BY(mu_);

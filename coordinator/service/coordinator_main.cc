@@ -39,6 +39,10 @@ ABSL_FLAG(std::string, token_file, "",
 ABSL_FLAG(int, plan_lead_iterations, 10,
           "a plan applies this many iterations after the newest report");
 ABSL_FLAG(double, prepare_timeout_s, 10, "abort a plan not prepared by then");
+ABSL_FLAG(std::string, commit, "two-phase",
+          "two-phase: PREPARE, all PREPARED, COMMIT; in-band: the PREPARE is "
+          "the commit and the trainers' in-band agreement decides (fewer "
+          "messages; trainers must do the in-band MIN, docs/protocol.md)");
 ABSL_FLAG(int, auto_horizon_iterations, 200,
           "auto trigger: iterations over which a gain must pay back");
 ABSL_FLAG(double, migration_bandwidth, 10e9,
@@ -92,6 +96,12 @@ int main(int argc, char** argv) {
   job.default_policy.repack_tolerance = tolerance;
   job.plan_lead_iterations = absl::GetFlag(FLAGS_plan_lead_iterations);
   job.prepare_timeout = absl::Seconds(absl::GetFlag(FLAGS_prepare_timeout_s));
+  const std::string commit = absl::GetFlag(FLAGS_commit);
+  if (commit != "two-phase" && commit != "in-band") {
+    std::fprintf(stderr, "dynmo-coordinator: --commit is two-phase or in-band\n");
+    return 2;
+  }
+  job.in_band_commit = commit == "in-band";
   job.auto_options.horizon_iterations =
       absl::GetFlag(FLAGS_auto_horizon_iterations);
   job.auto_options.bandwidth_bytes_per_s =

@@ -136,12 +136,17 @@ void JobState::FlushSends() {
   std::vector<std::pair<std::shared_ptr<SessionSink>,
                         std::shared_ptr<const CoordinatorMessage>>>
       batch;
+  std::vector<std::shared_ptr<SessionSink>> closes;
   {
     absl::MutexLock lock(&mu_);
     batch.swap(sends_);
+    closes.swap(closes_);
     has_sends_.store(false, std::memory_order_release);
   }
-  for (const auto& [sink, message] : batch) sink->Send(*message);
+  for (const auto& sink : closes) {
+    sink->Close(absl::AbortedError("superseded by a newer session"));
+  }
+  for (const auto& [sink, message] : batch) sink->Send(message);
 }
 
 absl::Status JobState::Register(const dynmo::v1::RegisterRequest& request,
@@ -343,7 +348,10 @@ absl::Status JobState::AttachUnflushed(int rank, std::shared_ptr<SessionSink> si
                      " must call Register before opening a session"));
   }
   if (r.sink != nullptr && r.sink != sink) {
-    r.sink->Close(absl::AbortedError("superseded by a newer session"));
+    // Closed after the lock is released: gRPC may run OnDone inline, and
+    // OnDone detaches from this job.
+    closes_.push_back(r.sink);
+    has_sends_.store(true, std::memory_order_release);
   }
   r.sink = std::move(sink);
   ResendInFlight(r);
@@ -376,7 +384,8 @@ void JobState::ResendInFlight(Rank& r) {
   CoordinatorMessage m;
   *m.mutable_prepare() = in_flight_->plan();
   QueueSend(r.sink, m);
-  if (in_flight_->outcome() == dynmo::v1::PLAN_OUTCOME_COMMITTED) {
+  if (in_flight_->outcome() == dynmo::v1::PLAN_OUTCOME_COMMITTED &&
+      !in_flight_->plan().commit_with_prepare()) {
     CoordinatorMessage c;
     c.mutable_commit()->set_epoch(in_flight_->plan().epoch());
     c.mutable_commit()->set_apply_iteration(
@@ -470,8 +479,16 @@ absl::Status JobState::OnAckUnflushed(int rank, const dynmo::v1::PlanAck& ack) {
   switch (ack.state()) {
     case PlanAck::PREPARED:
       if (committed) {
-        // The rank may have missed the COMMIT: send it again.
-        ResendInFlight(r);
+        // The rank may have missed the COMMIT: send it again (only the
+        // COMMIT: re-sending the PREPARE would draw another PREPARED and
+        // loop). A plan committed with its PREPARE needs nothing.
+        if (r.sink != nullptr && !in_flight_->plan().commit_with_prepare()) {
+          CoordinatorMessage c;
+          c.mutable_commit()->set_epoch(in_flight_->plan().epoch());
+          c.mutable_commit()->set_apply_iteration(
+              in_flight_->plan().apply_iteration());
+          QueueSend(r.sink, c);
+        }
         return absl::OkStatus();
       }
       if (!r.prepared && Participates(rank)) {
@@ -593,13 +610,21 @@ absl::StatusOr<dynmo::v1::Plan> JobState::IssueLocked(
   plan.set_previous_bottleneck_s(d.current_bottleneck_s);
   plan.set_reason(reason);
   plan.set_decided_unix_nanos(absl::ToUnixNanos(now));
+  plan.set_commit_with_prepare(options_.in_band_commit);
 
   // The epoch is durable before any rank can see it.
   const uint64_t old_epoch = epoch_;
   epoch_ = plan.epoch();
   in_flight_.emplace();
   *in_flight_->mutable_plan() = plan;
-  in_flight_->set_outcome(dynmo::v1::PLAN_OUTCOME_PREPARING);
+  if (plan.commit_with_prepare()) {
+    // One phase: the ranks' in-band agreement at the apply iteration is the
+    // commit, so the plan is committed as it leaves.
+    in_flight_->set_outcome(dynmo::v1::PLAN_OUTCOME_COMMITTED);
+    in_flight_->set_committed_unix_nanos(absl::ToUnixNanos(now));
+  } else {
+    in_flight_->set_outcome(dynmo::v1::PLAN_OUTCOME_PREPARING);
+  }
   in_flight_since_ = now;
   if (absl::Status s = PersistLocked(); !s.ok()) {
     in_flight_.reset();

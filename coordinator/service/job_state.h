@@ -56,6 +56,10 @@ struct JobOptions {
   AutoOptions auto_options;
   int plan_lead_iterations = 10;  // apply_iteration = newest iteration + lead
   absl::Duration prepare_timeout = absl::Seconds(10);
+  // One-phase plans: the PREPARE is also the commit, and the ranks' in-band
+  // agreement at the apply iteration decides (docs/protocol.md). Halves the
+  // messages per plan; requires trainers that do the in-band MIN.
+  bool in_band_commit = false;
   double smoothing = 0.5;         // EWMA weight of a new sample, (0, 1]
   int history_limit = 32;
 };
@@ -177,7 +181,8 @@ class JobState {
   std::vector<std::pair<std::shared_ptr<SessionSink>,
                         std::shared_ptr<const dynmo::v1::CoordinatorMessage>>>
       sends_ ABSL_GUARDED_BY(mu_);
-  std::atomic<bool> has_sends_{false};  // sends_ is non-empty
+  std::vector<std::shared_ptr<SessionSink>> closes_ ABSL_GUARDED_BY(mu_);
+  std::atomic<bool> has_sends_{false};  // sends_ or closes_ is non-empty
   JobOptions options_ ABSL_GUARDED_BY(mu_);
   int pipeline_size_ ABSL_GUARDED_BY(mu_) = 1;
   int data_parallel_size_ ABSL_GUARDED_BY(mu_) = 1;

@@ -68,7 +68,7 @@ int Fail(const char* what, const grpc::Status& s) {
 
 int Usage(const std::string& why) {
   std::fprintf(stderr, "dynmo-ctl: %s\n%s\n", why.c_str(),
-               absl::ProgramUsageMessage());
+               std::string(absl::ProgramUsageMessage()).c_str());
   return 2;
 }
 

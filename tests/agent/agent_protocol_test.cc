@@ -185,6 +185,17 @@ TEST_F(AgentProtocolTest, PlanWhoseApplyIterationPassedIsRefused) {
   EXPECT_EQ(acks[0].state(), PlanAck::FAILED);
 }
 
+TEST_F(AgentProtocolTest, OnePhasePlanIsCommittedByItsPrepare) {
+  CoordinatorMessage m = Prepare(4, 20);
+  m.mutable_prepare()->set_commit_with_prepare(true);
+  fake_.Push(m);
+  ASSERT_EQ(fake_.Acks(1)[0].state(), PlanAck::PREPARED);
+  auto plan = agent_->PlanToApplyAt(20);
+  ASSERT_TRUE(plan.has_value());
+  ASSERT_TRUE(agent_->Acknowledge(4, true).ok());
+  EXPECT_EQ(agent_->stats().applied_epoch, 4u);
+}
+
 TEST_F(AgentProtocolTest, AbortDropsThePendingPlan) {
   fake_.Push(Prepare(3, 50));
   fake_.Acks(1);

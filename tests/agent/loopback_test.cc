@@ -16,9 +16,11 @@ constexpr int kRanks = 8;
 constexpr int kLayers = 16;
 
 std::unique_ptr<EmbeddedCoordinator> StartCoordinator(
-    const std::string& trigger, const std::string& listen = "127.0.0.1:0") {
+    const std::string& trigger, const std::string& listen = "127.0.0.1:0",
+    bool in_band = false) {
   service::ServerOptions o;
   o.listen = listen;
+  o.coordinator.job.in_band_commit = in_band;
   o.coordinator.job.default_policy.trigger =
       service::ParseTrigger(trigger).value();
   o.coordinator.job.plan_lead_iterations = 6;
@@ -62,8 +64,10 @@ IterationSample Sample(int64_t iteration, const std::vector<int>& b,
   return s;
 }
 
-TEST(LoopbackTest, EightAgentsApplyTheSamePlanAtTheSameIteration) {
-  auto coord = StartCoordinator("every:4");
+class LoopbackCommitTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(LoopbackCommitTest, EightAgentsApplyTheSamePlanAtTheSameIteration) {
+  auto coord = StartCoordinator("every:4", "127.0.0.1:0", GetParam());
   ASSERT_NE(coord, nullptr);
   std::vector<std::unique_ptr<Agent>> agents;
   for (int r = 0; r < kRanks; ++r) {
@@ -112,6 +116,9 @@ TEST(LoopbackTest, EightAgentsApplyTheSamePlanAtTheSameIteration) {
   }
   EXPECT_EQ((*job)->Summary().applied_epoch(), epoch);
 }
+
+INSTANTIATE_TEST_SUITE_P(TwoPhaseAndInBand, LoopbackCommitTest,
+                         ::testing::Values(false, true));
 
 TEST(LoopbackTest, ReportingNeverBlocksAndDropsOldestWhenUnreachable) {
   AgentConfig c = Config("127.0.0.1:1", 0);  // nothing listens there

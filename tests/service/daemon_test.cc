@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -102,7 +103,10 @@ class DaemonTest : public ::testing::Test {
     port_ = FreePort();
     address_ = absl::StrCat("127.0.0.1:", port_);
   }
-  void TearDown() override { StopDaemon(SIGTERM); }
+  void TearDown() override {
+    StopDaemon(SIGTERM);
+    if (!dir_.empty() && !HasFailure()) std::filesystem::remove_all(dir_);
+  }
 
   void StartDaemon(std::vector<std::string> extra = {}) {
     std::vector<std::string> argv = {
@@ -178,6 +182,11 @@ TEST_F(DaemonTest, RepackingReleasesRanksThatCtlReleasedShows) {
   EXPECT_EQ(Ctl("claim gpu-1 --holder=batch --lease_seconds=60").rc, 0);
   EXPECT_EQ(Ctl("claim gpu-1 --holder=other").rc, 1) << "leased by batch";
   EXPECT_EQ(Ctl("return gpu-1 --holder=batch").rc, 0);
+  // The agents are gone, so "decide now" is refused with the reason.
+  Result reb = Ctl("rebalance skewed");
+  EXPECT_EQ(reb.rc, 1);
+  EXPECT_NE(reb.out.find("without a session"), std::string::npos) << reb.out;
+  EXPECT_EQ(Ctl("rebalance nosuchjob").rc, 1);
   // The job's history names the re-packing plan.
   Result plans = Ctl("plans skewed");
   EXPECT_NE(plans.out.find("applied"), std::string::npos) << plans.out;
@@ -195,7 +204,7 @@ TEST_F(DaemonTest, Kill9AndRestartLoseNothing) {
 
   // A second job is mid-run when the coordinator dies.
   const std::string log = dir_ + "/loadgen.out";
-  Result bg = Shell(Loadgen("second", "--scenario=moe --layers=32", 400) + " > " +
+  Result bg = Shell(Loadgen("second", "--scenario=moe --layers=32", 600) + " > " +
                   log + " 2>&1 & echo $!");
   const pid_t loadgen = std::stoi(bg.out);
   uint64_t epoch_before = 0;
@@ -284,6 +293,16 @@ TEST_F(DaemonTest, MutualTlsAndTokenAreEnforced) {
                                      d, "/token"))
                 .rc,
             0);
+  // Agents speak mutual TLS too (and need no token).
+  Result lg = Shell(absl::StrCat(
+      bin_, "/dynmo-loadgen --coordinator=", address_,
+      " --job=tls --agents=4 --iterations=20 --iteration_ms=10 --drain_s=0.3 ",
+      "--scenario=moe --layers=8 --tls_ca=", d, "/ca.pem --tls_cert=", d,
+      "/client.pem --tls_key=", d, "/client.key --tls_server_name=localhost"));
+  ASSERT_EQ(lg.rc, 0) << lg.out;
+  nlohmann::json summary = nlohmann::json::parse(lg.out);
+  EXPECT_EQ(summary["connects"].get<int>(), 4);
+  EXPECT_EQ(summary["reports_sent"].get<int>(), 80);
   // Plaintext against a TLS port fails too.
   EXPECT_NE(Ctl("jobs", "--timeout_s=2 --token_file=" + d + "/token").rc, 0);
 }

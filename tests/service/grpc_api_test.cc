@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 
@@ -70,7 +71,7 @@ class GrpcApiTest : public ::testing::Test {
   void StartServer(const std::string& token, bool metrics = false) {
     ServerOptions o;
     if (metrics) o.metrics_listen = "127.0.0.1:0";
-    o.coordinator.state_dir = TempDir();
+    o.coordinator.state_dir = dir_ = TempDir();
     o.coordinator.job.default_policy.trigger = ParseTrigger("manual").value();
     if (!token.empty()) {
       o.token_file = o.coordinator.state_dir + "/token";
@@ -87,6 +88,7 @@ class GrpcApiTest : public ::testing::Test {
   }
   void TearDown() override {
     if (server_) server_->Shutdown();
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
   }
 
   grpc::Status Register(const dynmo::v1::RegisterRequest& r) {
@@ -110,6 +112,7 @@ class GrpcApiTest : public ::testing::Test {
     return stream->Finish();
   }
 
+  std::string dir_;
   std::unique_ptr<CoordinatorServer> server_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<dynmo::v1::AgentService::Stub> agents_;
@@ -376,7 +379,7 @@ TEST_F(GrpcApiTest, MetricsPassPromtool) {
   if (system("command -v promtool >/dev/null 2>&1") != 0) {
     GTEST_SKIP() << "promtool not installed";
   }
-  const std::string file = TempDir() + "/metrics.txt";
+  const std::string file = dir_ + "/metrics.txt";
   std::ofstream(file) << text;
   EXPECT_EQ(system(("promtool check metrics < " + file).c_str()), 0) << text;
 }

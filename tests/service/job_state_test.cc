@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <limits>
 
 #include "absl/synchronization/mutex.h"
@@ -15,9 +16,9 @@ using dynmo::v1::PlanAck;
 
 class RecordingSink : public SessionSink {
  public:
-  void Send(const CoordinatorMessage& m) override {
+  void Send(std::shared_ptr<const CoordinatorMessage> m) override {
     absl::MutexLock lock(&mu_);
-    sent_.push_back(m);
+    sent_.push_back(*m);
   }
   void Close(const absl::Status& s) override {
     absl::MutexLock lock(&mu_);
@@ -124,6 +125,7 @@ class JobStateTest : public ::testing::Test {
     return r->plan();
   }
 
+  void TearDown() override { std::filesystem::remove_all(dir_); }
   std::string dir_;
   JobOptions options_;
   std::unique_ptr<StateKeeper> keeper_;
@@ -186,6 +188,48 @@ TEST_F(JobStateTest, AppliedAckMovesTheLayoutAndDuplicatesAreNoOps) {
   ASSERT_TRUE(job_->OnAck(3, Ack(plan.epoch(), PlanAck::FAILED)).ok());
   EXPECT_EQ(job_->Status().history(0).outcome(),
             dynmo::v1::PLAN_OUTCOME_APPLIED);
+}
+
+TEST_F(JobStateTest, LatePreparedAfterCommitGetsOnlyTheCommitAgain) {
+  const auto plan = Issue();
+  for (int r = 0; r < kStages; ++r) {
+    ASSERT_TRUE(job_->OnAck(r, Ack(plan.epoch(), PlanAck::PREPARED)).ok());
+  }
+  for (auto& s : sinks_) s->Take();
+  // A reconnecting rank re-acks PREPARED: it gets the COMMIT, and no new
+  // PREPARE (which would draw another PREPARED, forever).
+  ASSERT_TRUE(job_->OnAck(2, Ack(plan.epoch(), PlanAck::PREPARED)).ok());
+  auto msgs = sinks_[2]->Take();
+  ASSERT_EQ(msgs.size(), 1u);
+  EXPECT_TRUE(msgs[0].has_commit());
+}
+
+TEST_F(JobStateTest, InBandCommitSendsOnePhase) {
+  JobOptions o = options_;
+  o.in_band_commit = true;
+  JobState job(Reg(0), o, JobDeps{keeper_.get(), pool_.get(), nullptr});
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  for (int r = 0; r < kStages; ++r) {
+    dynmo::v1::RegisterResponse resp;
+    ASSERT_TRUE(job.Register(Reg(r), &resp).ok());
+    sinks.push_back(std::make_shared<RecordingSink>());
+    ASSERT_TRUE(job.Attach(r, sinks.back()).ok());
+    ASSERT_TRUE(job.OnReport(r, Report(r, 0)).ok());
+  }
+  auto reb = job.Rebalance(absl::Now());
+  ASSERT_TRUE(reb.ok() && reb->issued());
+  EXPECT_TRUE(reb->plan().commit_with_prepare());
+  EXPECT_EQ(job.Summary().plan_state(), "committed");
+  for (int r = 0; r < kStages; ++r) {
+    ASSERT_TRUE(job.OnAck(r, Ack(reb->plan().epoch(), PlanAck::PREPARED)).ok());
+  }
+  for (auto& s : sinks) {
+    auto msgs = s->Take();
+    ASSERT_EQ(msgs.size(), 1u) << "a PREPARE and no COMMIT";
+    EXPECT_TRUE(msgs[0].has_prepare());
+  }
+  ASSERT_TRUE(job.OnAck(1, Ack(reb->plan().epoch(), PlanAck::APPLIED)).ok());
+  EXPECT_EQ(job.Summary().applied_epoch(), reb->plan().epoch());
 }
 
 TEST_F(JobStateTest, AFailedRankAbortsForEveryone) {

@@ -1,6 +1,7 @@
 #include "coordinator/service/released_pool.h"
 
 #include <cstdlib>
+#include <filesystem>
 
 #include "gtest/gtest.h"
 
@@ -31,6 +32,7 @@ class ReleasedPoolTest : public ::testing::Test {
     pool_ = std::make_unique<ReleasedPool>(keeper_.get());
     ASSERT_TRUE(pool_->Add({Gpu("j", 1, 2), Gpu("j", 1, 3)}).ok());
   }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
   std::string dir_;
   std::unique_ptr<StateKeeper> keeper_;
   std::unique_ptr<ReleasedPool> pool_;

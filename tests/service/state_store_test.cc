@@ -5,15 +5,26 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <vector>
 
 #include "gtest/gtest.h"
 
 namespace dynmo::service {
 namespace {
 
+// Temp dirs of this test binary, removed when it exits.
+struct TempDirs {
+  std::vector<std::string> dirs;
+  ~TempDirs() {
+    for (const auto& d : dirs) std::filesystem::remove_all(d);
+  }
+};
+TempDirs temp_dirs;
+
 std::string TempDir() {
   char tmpl[] = "/tmp/dynmo_state_XXXXXX";
-  return mkdtemp(tmpl);
+  temp_dirs.dirs.push_back(mkdtemp(tmpl));
+  return temp_dirs.dirs.back();
 }
 
 TEST(StateStoreTest, MissingSnapshotLoadsAsNothing) {
