@@ -47,11 +47,13 @@ port=""
 for a in "$@"; do case "$a" in --listen=*) port="${a##*:}";; esac; done
 exec python3 -c '
 import signal, socket, sys
-s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(16)
+# The handler goes in before the port opens: the script may send SIGTERM as
+# soon as the port accepts, and a default-handled SIGTERM would skip the note.
 def stop(*_):
     open(sys.argv[2] + "/coordinator.stopped", "w").close(); sys.exit(0)
 signal.signal(signal.SIGTERM, stop)
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(16)
 while True:
     c, _ = s.accept(); c.close()
 ' "$port" "$FAKE_OUT"

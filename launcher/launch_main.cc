@@ -1,0 +1,278 @@
+// dynmo-launch: the single-node launcher, like `torchrun --standalone`.
+//
+//   dynmo-launch --nproc N [--coordinator embedded|ADDR|none]
+//                [--master_port P] [--job NAME] [--stop_grace_s S]
+//                -- PROGRAM ARGS...
+//
+// Starts N ranks of PROGRAM with torchrun's environment and DynMo's, runs
+// the coordinator in-process on a loopback port unless told otherwise,
+// prefixes every output line with its rank, and stops the whole job when
+// any rank fails. See launcher/README.md for the exit statuses.
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "agent/embedded_coordinator.h"
+#include "launcher/orphan_guard.h"
+#include "launcher/rank_env.h"
+#include "launcher/rank_supervisor.h"
+
+ABSL_FLAG(int, nproc, 0, "number of ranks to start on this node (required)");
+ABSL_FLAG(std::string, coordinator, "embedded",
+          "embedded: run the coordinator inside the launcher on a loopback "
+          "port; HOST:PORT: an external coordinator; none: no coordinator");
+ABSL_FLAG(int, master_port, 0, "MASTER_PORT for the ranks (0: a free port)");
+ABSL_FLAG(std::string, job, "",
+          "DYNMO_JOB, the job's name at the coordinator (empty: PROGRAM's "
+          "base name)");
+ABSL_FLAG(double, stop_grace_s, 5,
+          "seconds between SIGTERM and SIGKILL when stopping the ranks");
+
+namespace {
+
+using namespace dynmo;
+
+constexpr int kMaxRanks = 1024;
+constexpr char kUsage[] =
+    "usage: dynmo-launch --nproc N [--coordinator embedded|ADDR|none] "
+    "[--master_port P] [--job NAME] [--stop_grace_s S] -- PROGRAM ARGS...";
+constexpr const char* kLauncherFlags[] = {"nproc", "coordinator", "master_port",
+                                          "job", "stop_grace_s"};
+
+// The launcher's command line: its own flags before "--", the program after.
+struct LaunchCommand {
+  std::vector<std::string> program;
+  bool help = false;
+};
+
+bool IsLauncherFlag(absl::string_view name) {
+  for (const char* f : kLauncherFlags) {
+    if (name == f) return true;
+  }
+  return false;
+}
+
+// Parses argv into the absl flags above and the program. absl's own
+// ParseCommandLine exits 1 on a bad flag and knows nothing of "--" as the
+// start of another program's arguments, so the split and the errors are
+// ours; the values still go through absl's parsers.
+absl::StatusOr<LaunchCommand> ParseLaunchCommand(int argc, char** argv) {
+  LaunchCommand cmd;
+  int i = 1;
+  for (; i < argc; ++i) {
+    const absl::string_view arg = argv[i];
+    if (arg == "--") break;
+    if (arg == "-h" || arg == "--help" || arg == "-help") {
+      cmd.help = true;
+      return cmd;
+    }
+    if (!absl::StartsWith(arg, "-") || arg == "-") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unexpected argument '", arg, "': put the program after '--'"));
+    }
+    absl::string_view body = arg.substr(absl::StartsWith(arg, "--") ? 2 : 1);
+    std::pair<absl::string_view, absl::string_view> kv =
+        absl::StrSplit(body, absl::MaxSplits('=', 1));
+    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(kv.first);
+    if (!IsLauncherFlag(kv.first) || flag == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown flag '--", kv.first, "'"));
+    }
+    std::string value;
+    if (absl::StrContains(body, '=')) {
+      value = std::string(kv.second);
+    } else if (i + 1 < argc && absl::string_view(argv[i + 1]) != "--") {
+      value = argv[++i];
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("flag --", kv.first, " needs a value"));
+    }
+    std::string error;
+    if (!flag->ParseFrom(value, &error)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "invalid value '", value, "' for --", kv.first, ": ", error));
+    }
+  }
+  if (i + 1 >= argc) {
+    return absl::InvalidArgumentError(
+        "missing program: put it after '--', as in "
+        "dynmo-launch --nproc 4 -- dynmo-train");
+  }
+  cmd.program.assign(argv + i + 1, argv + argc);
+  return cmd;
+}
+
+absl::Status ValidateFlags() {
+  const int nproc = absl::GetFlag(FLAGS_nproc);
+  if (nproc < 1 || nproc > kMaxRanks) {
+    return absl::InvalidArgumentError(
+        nproc == 0 ? std::string("--nproc is required")
+                   : absl::StrCat("--nproc must be 1 to ", kMaxRanks,
+                                  ", not ", nproc));
+  }
+  const int port = absl::GetFlag(FLAGS_master_port);
+  if (port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--master_port must be 0 to 65535, not ", port));
+  }
+  if (absl::GetFlag(FLAGS_stop_grace_s) < 0) {
+    return absl::InvalidArgumentError("--stop_grace_s must be >= 0");
+  }
+  const std::string coordinator = absl::GetFlag(FLAGS_coordinator);
+  if (coordinator != "embedded" && coordinator != "none" &&
+      (!absl::StrContains(coordinator, ':') ||
+       absl::StrContains(coordinator, ' '))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--coordinator must be embedded, none or HOST:PORT, not '",
+        coordinator, "'"));
+  }
+  return absl::OkStatus();
+}
+
+// Returns a port free on the loopback interface right now. Like torchrun's,
+// it can be taken by someone else before rank 0 binds it.
+absl::StatusOr<int> FreeLoopbackPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::InternalError(strerror(errno));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    const int e = errno;
+    close(fd);
+    return absl::InternalError(absl::StrCat("free port: ", strerror(e)));
+  }
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+int Usage(absl::string_view why) {
+  std::fprintf(stderr, "dynmo-launch: %s (see dynmo-launch --help)\n",
+               std::string(why).c_str());
+  return 2;
+}
+
+int Fatal(absl::string_view why) {
+  std::fprintf(stderr, "dynmo-launch: %s\n", std::string(why).c_str());
+  return 1;
+}
+
+void PrintHelp() {
+  std::printf("%s\n\nStarts N ranks of PROGRAM on this node with RANK, "
+              "LOCAL_RANK, WORLD_SIZE,\nLOCAL_WORLD_SIZE, MASTER_ADDR, "
+              "MASTER_PORT, DYNMO_COORDINATOR and DYNMO_JOB set.\n\n",
+              kUsage);
+  for (const char* name : kLauncherFlags) {
+    absl::CommandLineFlag* f = absl::FindCommandLineFlag(name);
+    std::printf("  --%s (default %s)\n      %s\n", name,
+                f->DefaultValue().c_str(), f->Help().c_str());
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Before any thread starts, so every thread inherits the mask: these
+  // signals are read from a signalfd by the supervisor, never handled
+  // asynchronously. A shell starting us in the background may have left
+  // SIGINT ignored, which would discard it even while blocked.
+  sigset_t signals;
+  sigemptyset(&signals);
+  for (int s : {SIGCHLD, SIGINT, SIGTERM, SIGHUP}) sigaddset(&signals, s);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
+  signal(SIGPIPE, SIG_IGN);  // a closed stdout must not kill the supervisor
+
+  absl::StatusOr<LaunchCommand> cmd = ParseLaunchCommand(argc, argv);
+  if (!cmd.ok()) return Usage(cmd.status().message());
+  if (cmd->help) {
+    PrintHelp();
+    return 0;
+  }
+  if (absl::Status valid = ValidateFlags(); !valid.ok()) {
+    return Usage(valid.message());
+  }
+
+  launcher::JobEnvironment job;
+  job.world_size = absl::GetFlag(FLAGS_nproc);
+  job.job = absl::GetFlag(FLAGS_job);
+  if (job.job.empty()) {
+    const std::string& program = cmd->program[0];
+    job.job = program.substr(program.rfind('/') + 1);
+  }
+  job.master_port = absl::GetFlag(FLAGS_master_port);
+  if (job.master_port == 0) {
+    absl::StatusOr<int> port = FreeLoopbackPort();
+    if (!port.ok()) return Fatal(port.status().message());
+    job.master_port = *port;
+  }
+
+  // Forked before the coordinator's threads exist.
+  absl::StatusOr<std::unique_ptr<launcher::OrphanGuard>> guard =
+      launcher::OrphanGuard::Start();
+  if (!guard.ok()) return Fatal(guard.status().message());
+
+  const std::string coordinator_flag = absl::GetFlag(FLAGS_coordinator);
+  std::unique_ptr<agent::EmbeddedCoordinator> embedded;
+  if (coordinator_flag == "embedded") {
+    absl::StatusOr<std::unique_ptr<agent::EmbeddedCoordinator>> started =
+        agent::EmbeddedCoordinator::Start();
+    if (!started.ok()) {
+      return Fatal(absl::StrCat("cannot start the embedded coordinator: ",
+                                started.status().message()));
+    }
+    embedded = *std::move(started);
+    job.coordinator = embedded->address();
+  } else if (coordinator_flag != "none") {
+    job.coordinator = coordinator_flag;
+  }
+  std::fprintf(stderr,
+               "dynmo-launch: %d ranks of %s, job %s, coordinator %s, "
+               "master 127.0.0.1:%d\n",
+               job.world_size, cmd->program[0].c_str(), job.job.c_str(),
+               job.coordinator.empty()
+                   ? "none"
+                   : absl::StrCat(job.coordinator,
+                                  embedded ? " (embedded)" : "")
+                         .c_str(),
+               job.master_port);
+
+  launcher::SupervisorOptions options;
+  options.stop_grace = absl::Seconds(absl::GetFlag(FLAGS_stop_grace_s));
+  options.guard = guard->get();
+  launcher::RankSupervisor supervisor(options);
+  const std::vector<std::string> base_env = launcher::CurrentEnvironment();
+  for (int rank = 0; rank < job.world_size; ++rank) {
+    if (!supervisor
+             .Start(rank, cmd->program,
+                    launcher::RankEnvironment(base_env, job, rank))
+             .ok()) {
+      break;  // Run() stops the ranks already started and says why
+    }
+  }
+  const launcher::LaunchOutcome outcome = supervisor.Run();
+  if (embedded != nullptr) embedded->Shutdown();
+  (*guard)->Disarm();
+  if (!outcome.summary.empty()) {
+    std::fprintf(stderr, "%s\n", outcome.summary.c_str());
+  }
+  return outcome.exit_code;
+}
