@@ -100,8 +100,7 @@ absl::StatusOr<std::vector<dynmo::v1::ReleasedGpu>> ReleasedPool::Claim(
   std::vector<size_t> index;
   std::vector<std::string> problems;
   for (const std::string& id : ids) {
-    size_t i = 0;
-    while (i < gpus_.size() && gpus_[i].id() != id) ++i;
+    const size_t i = IndexOfLocked(id);
     if (i == gpus_.size()) {
       problems.push_back(absl::StrCat(id, ": unknown"));
       continue;
@@ -140,6 +139,12 @@ absl::StatusOr<std::vector<dynmo::v1::ReleasedGpu>> ReleasedPool::Claim(
   return out;
 }
 
+size_t ReleasedPool::IndexOfLocked(const std::string& id) const {
+  size_t i = 0;
+  while (i < gpus_.size() && gpus_[i].id() != id) ++i;
+  return i;
+}
+
 absl::StatusOr<std::vector<dynmo::v1::ReleasedGpu>> ReleasedPool::Return(
     absl::Span<const std::string> ids, const std::string& holder) {
   if (ids.empty()) return absl::InvalidArgumentError("return: no ids given");
@@ -152,8 +157,7 @@ absl::StatusOr<std::vector<dynmo::v1::ReleasedGpu>> ReleasedPool::Return(
   std::vector<size_t> index;
   std::vector<std::string> problems;
   for (const std::string& id : ids) {
-    size_t i = 0;
-    while (i < gpus_.size() && gpus_[i].id() != id) ++i;
+    const size_t i = IndexOfLocked(id);
     if (i == gpus_.size()) {
       problems.push_back(absl::StrCat(id, ": unknown"));
     } else if (gpus_[i].state() != dynmo::v1::ReleasedGpu::CLAIMED) {

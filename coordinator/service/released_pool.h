@@ -63,6 +63,9 @@ class ReleasedPool {
                     const dynmo::v1::ReleasedGpu& gpu)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CommitLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Position of GPU `id` in gpus_, or gpus_.size() when unknown.
+  size_t IndexOfLocked(const std::string& id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   StateKeeper* keeper_;
   mutable absl::Mutex mu_;
