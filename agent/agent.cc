@@ -9,6 +9,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "dynmo/v1/agent.grpc.pb.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/support/client_callback.h"
@@ -256,6 +257,8 @@ class Agent::Impl {
           return;
         }
         pending_ = plan;
+        stats_.last_prepare_epoch = e;
+        stats_.last_prepare_unix_nanos = absl::ToUnixNanos(absl::Now());
         committed_ = plan.commit_with_prepare();
         if (committed_) {
           stats_.last_commit_epoch = e;
@@ -382,17 +385,29 @@ class Agent::Impl {
     }
 
     void OnDone(const grpc::Status& status) override {
-      absl::MutexLock lock(&impl_->mu_);
-      impl_->connected_ = false;
-      if (impl_->session_ == this) impl_->session_ = nullptr;
-      if (!status.ok() && !impl_->stop_ &&
-          status.error_code() != grpc::StatusCode::CANCELLED) {
-        impl_->stats_.last_error = absl::StrCat("Session: ", status.error_message());
+      {
+        absl::MutexLock lock(&impl_->mu_);
+        impl_->connected_ = false;
+        if (impl_->session_ == this) impl_->session_ = nullptr;
+        if (!status.ok() && !impl_->stop_ &&
+            status.error_code() != grpc::StatusCode::CANCELLED) {
+          impl_->stats_.last_error =
+              absl::StrCat("Session: ", status.error_message());
+        }
+        done_ = true;
       }
-      done_ = true;  // the Run thread deletes this object
+      // The Run thread deletes this object once notified (Notification's
+      // destructor waits for Notify to return).
+      finished_.Notify();
     }
 
     bool done() const ABSL_SHARED_LOCKS_REQUIRED(impl_->mu_) { return done_; }
+
+    // Blocks until OnDone ran. Waits on its own Notification, not on the
+    // agent's mu_ with a condition: a waiter on mu_ would put every unlock
+    // of mu_ (each report, ack and write completion) on absl's slow path,
+    // evaluating the condition and waking this thread.
+    void WaitDone() { finished_.WaitForNotification(); }
 
    private:
     Impl* impl_;
@@ -402,6 +417,7 @@ class Agent::Impl {
     bool writing_ = true;  // guarded by impl_->mu_
     bool broken_ = false;  // guarded by impl_->mu_
     bool done_ = false;    // guarded by impl_->mu_
+    absl::Notification finished_;
   };
 
   // One connection: Register, then the session until it ends. Returns true
@@ -446,16 +462,16 @@ class Agent::Impl {
     }
     // Constructed without the lock: gRPC may run a reaction inline.
     Session* session = new Session(this, std::move(hello));
-    absl::MutexLock lock(&mu_);
-    if (!session->done()) {
-      session_ = session;
-      live_ctx_ = session->context();
-      if (stop_) live_ctx_->TryCancel();
+    {
+      absl::MutexLock lock(&mu_);
+      if (!session->done()) {
+        session_ = session;
+        live_ctx_ = session->context();
+        if (stop_) live_ctx_->TryCancel();
+      }
     }
-    auto finished = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-      return session->done();
-    };
-    mu_.Await(absl::Condition(&finished));
+    session->WaitDone();
+    absl::MutexLock lock(&mu_);
     live_ctx_ = nullptr;
     auto unkicked = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
       return kicking_ == 0;

@@ -99,6 +99,9 @@ struct AgentStats {
   // When the newest COMMIT arrived here (for plan-delivery latency).
   uint64_t last_commit_epoch = 0;
   int64_t last_commit_unix_nanos = 0;
+  // When the newest PREPARE arrived here.
+  uint64_t last_prepare_epoch = 0;
+  int64_t last_prepare_unix_nanos = 0;
   std::string last_error;
 };
 

@@ -237,13 +237,22 @@ int main(int argc, char** argv) {
         boundaries.assign(plan.boundaries().begin(), plan.boundaries().end());
         active.assign(plan.active_stages().begin(), plan.active_stages().end());
         int64_t last_commit = 0;
+        std::vector<double> prep_ms, com_ms;
         for (size_t r = 0; r < ranks.size(); ++r) {
           if (!due[r]) continue;
           agent::AgentStats st = ranks[r]->stats();
           if (st.last_commit_epoch == plan.epoch()) {
             last_commit = std::max(last_commit, st.last_commit_unix_nanos);
+            com_ms.push_back((st.last_commit_unix_nanos - plan.decided_unix_nanos()) / 1e6);
+          }
+          if (st.last_prepare_epoch == plan.epoch()) {
+            prep_ms.push_back((st.last_prepare_unix_nanos - plan.decided_unix_nanos()) / 1e6);
           }
         }
+        // Spread over the ranks (ms after the decision): when each got the
+        // PREPARE and when each held the plan committed.
+        pj["prepare_ms_min_p50_max"] = {Percentile(prep_ms, 0), Percentile(prep_ms, 0.5), Percentile(prep_ms, 1)};
+        pj["commit_ms_min_p50_max"] = {Percentile(com_ms, 0), Percentile(com_ms, 0.5), Percentile(com_ms, 1)};
         const double ms =
             static_cast<double>(last_commit - plan.decided_unix_nanos()) / 1e6;
         delivery_ms.push_back(ms);
