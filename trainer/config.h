@@ -1,0 +1,86 @@
+// TrainerConfig: everything one dynmo-train rank needs to know about the job,
+// as a plain struct (no LibTorch, no flags), plus its validation.
+//
+// The model is a GPT decoder cut into pipeline *layers* with stable global
+// ids: layer 0 is the token+position embedding, layers 1..num_blocks are the
+// pre-LN decoder blocks, layer num_blocks+1 is the final LayerNorm + LM head
+// + cross-entropy. So a job with --layers=N has N+2 pipeline layers, and
+// `boundaries` (core::Boundaries convention: stage s holds [b[s], b[s+1]))
+// partitions those N+2 layers over `pp` stages. The embedding always lives
+// on stage 0 and the head on the last stage, and both count in the balance.
+//
+// Ranks: world = pp * dp. Rank r is pipeline stage r / dp and data-parallel
+// replica r % dp (replicas of one stage are adjacent, as in Megatron's
+// rank order with tensor parallelism 1). Thread-compatible value type.
+#ifndef DYNMO_TRAINER_CONFIG_H_
+#define DYNMO_TRAINER_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "coordinator/core/boundaries.h"
+
+namespace dynmo::trainer {
+
+struct ModelConfig {
+  int num_blocks = 4;  // --layers: decoder blocks
+  int hidden = 64;
+  int heads = 4;
+  int seq_len = 32;
+  int vocab = 256;
+  // Pipeline layers: embedding + blocks + head.
+  int num_pipeline_layers() const { return num_blocks + 2; }
+};
+
+struct TrainerConfig {
+  ModelConfig model;
+  int micro_batch = 4;
+  int microbatches = 4;
+  int steps = 20;
+  double lr = 1e-3;
+  double weight_decay = 0.01;
+  uint64_t seed = 1234;
+  int pp = 1;
+  int dp = 1;
+  std::string data;  // a .txt file (byte tokens) or a Megatron .bin/.idx prefix
+  core::Boundaries initial_boundaries;  // empty: uniform
+  std::string log_json;                 // empty: no JSON log
+  int log_interval = 1;                 // iterations per progress line
+  int intra_op_threads = 1;
+  int timeout_s = 300;  // collective / point-to-point timeout
+  // A test policy standing in for the coordinator: every
+  // `test_migrate_every` iterations the job migrates to the next entry of
+  // `test_migration_targets` (cycling). 0 disables it.
+  int test_migrate_every = 0;
+  std::vector<core::Boundaries> test_migration_targets;
+};
+
+// Returns OK when the model, schedule and parallel shape are consistent and
+// `world_size` processes match pp * dp. Errors name the offending flag.
+absl::Status ValidateConfig(const TrainerConfig& config, int world_size);
+
+// The boundaries the job starts from: `initial_boundaries` when given
+// (validated), else the uniform partition of the pipeline layers.
+absl::StatusOr<core::Boundaries> StartingBoundaries(const TrainerConfig& config);
+
+// Parameters of pipeline layer `id` (embedding, block or head).
+int64_t LayerParameterCount(const ModelConfig& model, int id);
+
+// Parses "0,3,6" into boundaries (no validation against a model).
+absl::StatusOr<core::Boundaries> ParseBoundaries(absl::string_view text);
+
+// Where rank `rank` sits in the pp x dp grid.
+struct RankPosition {
+  int stage = 0;
+  int dp_rank = 0;
+};
+RankPosition PositionOfRank(int rank, int dp);
+int RankAt(int stage, int dp_rank, int dp);
+
+}  // namespace dynmo::trainer
+
+#endif  // DYNMO_TRAINER_CONFIG_H_

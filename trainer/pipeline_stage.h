@@ -1,0 +1,108 @@
+// PipelineStage: one rank's slice [b[s], b[s+1]) of the GPT layers, with one
+// AdamW per layer (so a layer's optimizer state is its own and can move with
+// it), driven through one iteration by the 1F1B executor.
+//
+// Each layer runs on a detached copy of its input, so backward runs layer
+// by layer: that is how the per-layer backward time is measured (steady
+// clock; CPU kernels are synchronous), and it makes the arithmetic of a
+// stage independent of where the stage boundaries are — pp=1 and pp=4 run
+// the same kernels on the same tensors in the same order.
+//
+// The loss of micro-batch i is the head's mean cross-entropy; backward
+// scales it by 1/M so the accumulated gradient is that of the mean over the
+// M micro-batches, then averages it over the dp replicas (one flattened
+// all-reduce per stage) before the optimizer step.
+// Not thread-safe; owned by the rank's training thread.
+#ifndef DYNMO_TRAINER_PIPELINE_STAGE_H_
+#define DYNMO_TRAINER_PIPELINE_STAGE_H_
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "coordinator/core/boundaries.h"
+#include "trainer/config.h"
+#include "coordinator/core/migration.h"
+#include "trainer/gpt_layers.h"
+#include "trainer/layer_migration.h"
+#include "trainer/one_f_one_b.h"
+#include "trainer/token_corpus.h"
+#include "trainer/transport.h"
+
+namespace dynmo::trainer {
+
+// What one iteration of one stage measured.
+struct StageIterationStats {
+  double loss_sum = 0;  // sum of micro-batch losses (last stage only)
+  // Per local layer (index 0 = layer b[s]), summed over micro-batches.
+  std::vector<double> forward_s;
+  std::vector<double> backward_s;
+};
+
+class PipelineStage : public StageOps {
+ public:
+  // Builds layers [b[stage], b[stage+1]) and their optimizers. `transport`
+  // and `corpus` must outlive the stage.
+  PipelineStage(const TrainerConfig& config, const core::Boundaries& b,
+                int stage, int dp_rank, Transport* transport,
+                const TokenCorpus* corpus);
+
+  // Zeroes gradients, runs the 1F1B schedule for iteration `iter`, averages
+  // gradients over the dp group and steps every layer's optimizer.
+  absl::Status RunIteration(int64_t iter, StageIterationStats* stats);
+
+  // Moves layers at an iteration boundary: walks `plan` in order, sending
+  // the layers this stage gives away and receiving the ones it gains (with
+  // the same dp replica of the peer stage), then holds [to[s], to[s+1]).
+  // Every rank of the job must call it with the same plan.
+  absl::Status ApplyMigration(const core::MigrationPlan& plan,
+                              const core::Boundaries& to);
+
+  int first_layer() const { return first_layer_; }
+  int num_local_layers() const { return static_cast<int>(layers_.size()); }
+
+  // StageOps (called by RunOneFOneB).
+  absl::Status RecvForward(int mb) override;
+  absl::Status Forward(int mb) override;
+  absl::Status SendForward(int mb) override;
+  absl::Status SendForwardRecvBackward(int send_mb, int recv_mb) override;
+  absl::Status Backward(int mb) override;
+  absl::Status SendBackward(int mb) override;
+  absl::Status SendBackwardRecvForward(int send_mb, int recv_mb) override;
+  absl::Status RecvBackward(int mb) override;
+
+ private:
+  // Tensors of one micro-batch between its forward and its backward.
+  struct InFlight {
+    torch::Tensor input;        // received activation (not on the first stage)
+    std::vector<torch::Tensor> layer_inputs;
+    std::vector<torch::Tensor> layer_outputs;
+    torch::Tensor output_grad;  // received from downstream
+    torch::Tensor input_grad;   // to send upstream
+  };
+
+  bool is_first() const { return stage_ == 0; }
+  bool is_last() const { return stage_ == num_stages_ - 1; }
+  torch::Tensor ActivationBuffer() const;
+  absl::Status AverageGradientsOverDataParallel();
+
+  TrainerConfig config_;
+  int stage_;
+  int num_stages_;
+  int dp_rank_;
+  int prev_rank_ = -1;
+  int next_rank_ = -1;
+  int first_layer_;
+  Transport* transport_;
+  const TokenCorpus* corpus_;
+  std::vector<OwnedLayer> layers_;  // ids first_layer_, first_layer_ + 1, ...
+  std::vector<InFlight> in_flight_;
+  int64_t iter_ = 0;
+  StageIterationStats* stats_ = nullptr;
+};
+
+}  // namespace dynmo::trainer
+
+#endif  // DYNMO_TRAINER_PIPELINE_STAGE_H_

@@ -1,0 +1,33 @@
+// RunTraining: one dynmo-train rank from connection to the last iteration.
+//
+// Every rank opens the corpus, connects the transport (transport.h), builds
+// its stage of the starting partition and runs --steps iterations of 1F1B +
+// dp gradient averaging + AdamW. After each iteration one world all-reduce
+// gathers the loss and every layer's forward/backward time, so rank 0 can
+// hand a job-wide IterationRecord to `on_iteration` (other ranks never call
+// it). Any rank's error (bad data, a dead peer, a timeout) ends that rank
+// with the Status; its peers then fail their next communication.
+//
+// No LibTorch in this header: the main and tests include it freely.
+#ifndef DYNMO_TRAINER_TRAINER_H_
+#define DYNMO_TRAINER_TRAINER_H_
+
+#include <functional>
+
+#include "absl/status/status.h"
+#include "trainer/config.h"
+#include "trainer/dist_env.h"
+#include "trainer/training_log.h"
+
+namespace dynmo::trainer {
+
+using IterationCallback = std::function<absl::Status(const IterationRecord&)>;
+
+// Runs the whole job on this rank. Precondition: ValidateConfig(config,
+// env.world_size) is OK.
+absl::Status RunTraining(const TrainerConfig& config, const DistEnv& env,
+                         const IterationCallback& on_iteration);
+
+}  // namespace dynmo::trainer
+
+#endif  // DYNMO_TRAINER_TRAINER_H_

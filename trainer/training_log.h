@@ -1,0 +1,64 @@
+// What one training iteration reports, and the two ways a user sees it: the
+// progress line printed per window of iterations and the --log_json record
+// (one JSON object per line, per iteration). Rank 0 writes both; the numbers
+// are already reduced over the whole job (see trainer.h). No LibTorch.
+#ifndef DYNMO_TRAINER_TRAINING_LOG_H_
+#define DYNMO_TRAINER_TRAINING_LOG_H_
+
+#include <cstdint>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "coordinator/core/boundaries.h"
+
+namespace dynmo::trainer {
+
+struct IterationRecord {
+  int64_t iter = 0;
+  double loss = 0;          // mean over micro-batches and dp replicas
+  double tokens_per_s = 0;  // the job's tokens this iteration / its wall time
+  double iteration_s = 0;   // wall time of the iteration on rank 0
+  // Per pipeline layer, summed over micro-batches, mean over dp replicas.
+  std::vector<double> layer_forward_s;
+  std::vector<double> layer_backward_s;
+  // Per stage: the forward + backward compute time of its layers.
+  std::vector<double> stage_times_s;
+  core::Boundaries boundaries;
+  int64_t epoch = 0;  // plan epoch the iteration ran under
+};
+
+// Sums each stage's layer times under `b` into stage_times_s.
+std::vector<double> StageTimes(absl::Span<const int> b,
+                               absl::Span<const double> layer_forward_s,
+                               absl::Span<const double> layer_backward_s);
+
+// max(stage time) / mean(stage time); 1 for a perfectly balanced pipeline.
+double Imbalance(absl::Span<const double> stage_times_s);
+
+// "iter 10 | loss 3.2101 | 5123 tok/s | stages 12.1 11.8 ms | imbalance 1.03
+//  | epoch 0" for a window of iterations (averages over the window).
+std::string FormatProgressLine(absl::Span<const IterationRecord> window);
+
+// One line of JSON: iter, loss, tokens_per_s, stage_times (seconds),
+// boundaries, epoch, plus iteration_s and per-layer times.
+std::string IterationJson(const IterationRecord& record);
+
+// Appends IterationJson lines to a file, flushing each.
+class JsonLogWriter {
+ public:
+  // Truncates `path`. Errors: cannot open for writing.
+  static absl::StatusOr<JsonLogWriter> Open(const std::string& path);
+  absl::Status Write(const IterationRecord& record);
+
+ private:
+  explicit JsonLogWriter(std::string path);
+  std::string path_;
+  std::ofstream out_;
+};
+
+}  // namespace dynmo::trainer
+
+#endif  // DYNMO_TRAINER_TRAINING_LOG_H_
