@@ -121,21 +121,29 @@ absl::StatusOr<std::vector<dynmo::v1::ReleasedGpu>> ReleasedPool::Claim(
         absl::StrCat("claim refused, nothing claimed: ",
                      absl::StrJoin(problems, "; ")));
   }
+  return UpdateLocked(index, dynmo::v1::ReleasedEvent::CLAIMED,
+                      [&](dynmo::v1::ReleasedGpu& g) {
+                        g.set_state(dynmo::v1::ReleasedGpu::CLAIMED);
+                        g.set_holder(holder);
+                        g.set_claimed_unix_ms(absl::ToUnixMillis(now));
+                        g.set_lease_seconds(lease_seconds);
+                      });
+}
+
+absl::StatusOr<std::vector<dynmo::v1::ReleasedGpu>> ReleasedPool::UpdateLocked(
+    const std::vector<size_t>& index, dynmo::v1::ReleasedEvent::Kind kind,
+    const std::function<void(dynmo::v1::ReleasedGpu&)>& change) {
   const auto before = gpus_;
   std::vector<dynmo::v1::ReleasedGpu> out;
   for (size_t i : index) {
-    auto& g = gpus_[i];
-    g.set_state(dynmo::v1::ReleasedGpu::CLAIMED);
-    g.set_holder(holder);
-    g.set_claimed_unix_ms(absl::ToUnixMillis(now));
-    g.set_lease_seconds(lease_seconds);
-    out.push_back(g);
+    change(gpus_[i]);
+    out.push_back(gpus_[i]);
   }
   if (absl::Status s = CommitLocked(); !s.ok()) {
-    gpus_ = before;
+    gpus_ = before;  // nothing durable changed, so nothing changes in memory
     return s;
   }
-  for (const auto& g : out) RecordLocked(dynmo::v1::ReleasedEvent::CLAIMED, g);
+  for (const auto& g : out) RecordLocked(kind, g);
   return out;
 }
 
@@ -173,22 +181,13 @@ absl::StatusOr<std::vector<dynmo::v1::ReleasedGpu>> ReleasedPool::Return(
     return absl::FailedPreconditionError(absl::StrCat(
         "return refused, nothing returned: ", absl::StrJoin(problems, "; ")));
   }
-  const auto before = gpus_;
-  std::vector<dynmo::v1::ReleasedGpu> out;
-  for (size_t i : index) {
-    auto& g = gpus_[i];
-    g.set_state(dynmo::v1::ReleasedGpu::FREE);
-    g.clear_holder();
-    g.clear_claimed_unix_ms();
-    g.clear_lease_seconds();
-    out.push_back(g);
-  }
-  if (absl::Status s = CommitLocked(); !s.ok()) {
-    gpus_ = before;
-    return s;
-  }
-  for (const auto& g : out) RecordLocked(dynmo::v1::ReleasedEvent::RETURNED, g);
-  return out;
+  return UpdateLocked(index, dynmo::v1::ReleasedEvent::RETURNED,
+                      [](dynmo::v1::ReleasedGpu& g) {
+                        g.set_state(dynmo::v1::ReleasedGpu::FREE);
+                        g.clear_holder();
+                        g.clear_claimed_unix_ms();
+                        g.clear_lease_seconds();
+                      });
 }
 
 std::vector<ReleasedPool::Event> ReleasedPool::WaitEvents(

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,12 @@ class ReleasedPool {
                     const dynmo::v1::ReleasedGpu& gpu)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CommitLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Applies `change` to the GPUs at `index`, persists, records `kind` events
+  // and returns the changed records; on a failed commit nothing changes.
+  absl::StatusOr<std::vector<dynmo::v1::ReleasedGpu>> UpdateLocked(
+      const std::vector<size_t>& index, dynmo::v1::ReleasedEvent::Kind kind,
+      const std::function<void(dynmo::v1::ReleasedGpu&)>& change)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Position of GPU `id` in gpus_, or gpus_.size() when unknown.
   size_t IndexOfLocked(const std::string& id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
