@@ -57,6 +57,17 @@ struct TrainerConfig {
   // `test_migration_targets` (cycling). 0 disables it.
   int test_migrate_every = 0;
   std::vector<core::Boundaries> test_migration_targets;
+  // The DynMo coordinator (agent/agent.h): "none" or empty (no agent),
+  // "embedded" (rank 0 serves one on loopback; every rank must be on this
+  // host) or HOST:PORT. Plans it commits are applied at their apply
+  // iteration after the in-band agreement of every rank.
+  std::string coordinator;
+  std::string job = "dynmo";
+  // The job's policy, set by rank 0 once registered; empty keeps the
+  // coordinator's default. balancer: uniform|parameters|time|optimal|
+  // diffusion; trigger: every:N|on-event|auto|manual.
+  std::string balancer;
+  std::string trigger;
 };
 
 // Returns OK when the model, schedule and parallel shape are consistent and

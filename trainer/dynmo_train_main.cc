@@ -2,6 +2,7 @@
 // Run it under a torchrun-style launcher (RANK, WORLD_SIZE, MASTER_ADDR,
 // MASTER_PORT) or alone as a world of one; see trainer/README.md.
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -42,6 +43,14 @@ ABSL_FLAG(int, test_migrate_every, 0,
           "test policy: migrate every N iterations to the next of --test_migration_boundaries");
 ABSL_FLAG(std::string, test_migration_boundaries, "",
           "test policy: ';'-separated partitions b0,...,bpp to cycle through");
+ABSL_FLAG(std::string, coordinator, "",
+          "embedded (rank 0 serves one on loopback), HOST:PORT or none "
+          "(default: $DYNMO_COORDINATOR if set, else none)");
+ABSL_FLAG(std::string, job, "", "job name at the coordinator (default: $DYNMO_JOB, else dynmo)");
+ABSL_FLAG(std::string, balancer, "",
+          "job policy: uniform|parameters|time|optimal|diffusion (default: coordinator's)");
+ABSL_FLAG(std::string, trigger, "",
+          "job policy: every:N|on-event|auto|manual (default: coordinator's)");
 ABSL_FLAG(int, timeout_s, 300, "rendezvous and communication timeout, seconds");
 
 namespace {
@@ -76,6 +85,24 @@ absl::StatusOr<TrainerConfig> ConfigFromFlags() {
     }
     c.initial_boundaries = *parsed;
   }
+  c.coordinator = absl::GetFlag(FLAGS_coordinator);
+  if (c.coordinator.empty()) {
+    const char* env = std::getenv("DYNMO_COORDINATOR");
+    c.coordinator = env != nullptr && *env != '\0' ? env : "none";
+  }
+  if (c.coordinator != "none" && c.coordinator != "embedded" &&
+      (c.coordinator.find(':') == std::string::npos ||
+       c.coordinator.find(' ') != std::string::npos)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--coordinator must be embedded, none or HOST:PORT, not '", c.coordinator, "'"));
+  }
+  c.job = absl::GetFlag(FLAGS_job);
+  if (c.job.empty()) {
+    const char* env = std::getenv("DYNMO_JOB");
+    c.job = env != nullptr && *env != '\0' ? env : "dynmo";
+  }
+  c.balancer = absl::GetFlag(FLAGS_balancer);
+  c.trigger = absl::GetFlag(FLAGS_trigger);
   c.test_migrate_every = absl::GetFlag(FLAGS_test_migrate_every);
   if (std::string list = absl::GetFlag(FLAGS_test_migration_boundaries); !list.empty()) {
     for (absl::string_view entry : absl::StrSplit(list, ';')) {
@@ -129,7 +156,8 @@ int main(int argc, char** argv) {
               << " x dp " << config->dp << ", " << config->model.num_pipeline_layers()
               << " pipeline layers, boundaries "
               << (b.ok() ? absl::StrJoin(*b, ",") : "?") << ", data " << config->data
-              << std::endl;
+              << ", coordinator " << config->coordinator << " (job " << config->job
+              << ")" << std::endl;
   }
 
   std::vector<dynmo::trainer::IterationRecord> window;

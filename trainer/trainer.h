@@ -5,7 +5,11 @@
 // dp gradient averaging + AdamW. After each iteration one world all-reduce
 // gathers the loss and every layer's forward/backward time, so rank 0 can
 // hand a job-wide IterationRecord to `on_iteration` (other ranks never call
-// it). Any rank's error (bad data, a dead peer, a timeout) ends that rank
+// it). With config.coordinator set, every rank also runs an agent::Agent:
+// it reports its stage's per-layer times each iteration and, at each
+// iteration boundary, joins the in-band agreement on the committed plan due
+// (all ranks hold its epoch or none switches) before migrating layers to
+// the plan's boundaries. Any rank's error (bad data, a dead peer, a timeout) ends that rank
 // with the Status; its peers then fail their next communication.
 //
 // No LibTorch in this header: the main and tests include it freely.
