@@ -1,25 +1,19 @@
 #!/usr/bin/env bash
-# The main job for now: build the decision-core tools, re-balance the shipped
-# example pipeline, re-pack it, and replay two dynamic-model scenarios (layer
-# freezing and early exit, 48 layers on 4 stages) static vs DynMo through the
-# simulator, with a Gantt chart of a pipeline in out/. Later issues replace this with
-# a local multi-rank training run.
+# The main job: a local 4-rank pipeline-parallel GPT training run on CPU,
+# started by dynmo-launch with its embedded coordinator. The run starts from a
+# badly skewed partition (7 of the 10 pipeline layers on stage 0); every rank
+# reports its per-layer times, the coordinator re-balances every 3 iterations
+# and the ranks move layers (weights and AdamW state) while training goes on.
+# Watch the "applied plan" lines and the stage times and imbalance even out.
+# Extra arguments go to dynmo-train (e.g. --steps=100).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build --target dynmo-plan dynmo-sim
+cmake --build build --target dynmo-launch dynmo-train
 mkdir -p out
-echo "== dynmo-plan --method optimal examples/problem.json"
-build/bin/dynmo-plan --method optimal examples/problem.json
-echo "== dynmo-plan --method optimal --repack --tolerance 0.2 examples/problem.json"
-build/bin/dynmo-plan --method optimal --repack --tolerance 0.2 examples/problem.json
-echo "== dynmo-sim --schedule 1f1b --microbatches 8 --stage-times ... --svg out/1f1b.svg"
-build/bin/dynmo-sim --schedule 1f1b --microbatches 8 \
-  --stage-times 0.028:0.056:0.028,0.026:0.052:0.026,0.027:0.054:0.027,0.019:0.037:0.019 \
-  --svg out/1f1b.svg
-echo "== dynmo-sim --scenario freezing --stages 4 --trigger on-change --bandwidth 25e9"
-build/bin/dynmo-sim --scenario freezing --stages 4 --balancer optimal --trigger on-change --bandwidth 25e9
-echo "== dynmo-sim --scenario early-exit --stages 4 --trigger every:10 --bandwidth 25e9"
-build/bin/dynmo-sim --scenario early-exit --stages 4 --balancer optimal --trigger every:10 --bandwidth 25e9
-echo "Gantt chart written to out/1f1b.svg"
+build/bin/dynmo-launch --nproc 4 -- build/bin/dynmo-train \
+  --pp=4 --layers=8 --initial_boundaries=0,7,8,9,10 \
+  --balancer=time --trigger=every:3 --steps=40 --log_interval=5 \
+  --log_json=out/train.jsonl "$@"
+echo "per-iteration records in out/train.jsonl"

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "coordinator/core/measures.h"
 #include "nlohmann/json.hpp"
 
 namespace dynmo::trainer {
@@ -21,14 +22,6 @@ std::vector<double> StageTimes(absl::Span<const int> b,
   return out;
 }
 
-double Imbalance(absl::Span<const double> stage_times_s) {
-  if (stage_times_s.empty()) return 1.0;
-  const double mean =
-      std::accumulate(stage_times_s.begin(), stage_times_s.end(), 0.0) /
-      stage_times_s.size();
-  if (mean <= 0) return 1.0;
-  return *std::max_element(stage_times_s.begin(), stage_times_s.end()) / mean;
-}
 
 std::string FormatProgressLine(absl::Span<const IterationRecord> window) {
   if (window.empty()) return "";
@@ -47,7 +40,7 @@ std::string FormatProgressLine(absl::Span<const IterationRecord> window) {
   return absl::StrFormat(
       "iter %d | loss %.4f | %.0f tok/s | stages%s ms | imbalance %.2f | "
       "epoch %d",
-      window.back().iter, loss, tokens_per_s, stage_ms, Imbalance(stages),
+      window.back().iter, loss, tokens_per_s, stage_ms, core::Imbalance(stages),
       window.back().epoch);
 }
 

@@ -35,11 +35,8 @@ std::vector<double> StageTimes(absl::Span<const int> b,
                                absl::Span<const double> layer_forward_s,
                                absl::Span<const double> layer_backward_s);
 
-// max(stage time) / mean(stage time); 1 for a perfectly balanced pipeline.
-double Imbalance(absl::Span<const double> stage_times_s);
-
-// "iter 10 | loss 3.2101 | 5123 tok/s | stages 12.1 11.8 ms | imbalance 1.03
-//  | epoch 0" for a window of iterations (averages over the window).
+// "iter 10 | loss 3.2101 | 5123 tok/s | stages 12.1 11.8 ms | imbalance 0.03
+//  | epoch 0", imbalance being the paper's (max - min) / mean for a window of iterations (averages over the window).
 std::string FormatProgressLine(absl::Span<const IterationRecord> window);
 
 // One line of JSON: iter, loss, tokens_per_s, stage_times (seconds),
