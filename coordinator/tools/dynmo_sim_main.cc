@@ -40,6 +40,7 @@
 #include "coordinator/core/replay.h"
 #include "coordinator/core/scenario.h"
 #include "coordinator/core/trace.h"
+#include "coordinator/core/trace_depth.h"
 #include "coordinator/formats/sim_json.h"
 #include "coordinator/formats/trace_json.h"
 #include "coordinator/tools/cli_args.h"
@@ -75,7 +76,7 @@ const std::vector<std::string> kSimulationOnly = {
 const std::vector<std::string> kReplayOnly = {
     "balancer",   "trigger", "bandwidth", "capacity",
     "iterations", "seed",    "layers",    "write-trace"};
-const std::vector<std::string> kScenarioOnly = {"iterations", "seed", "layers"};
+const std::vector<std::string> kScenarioOnly = {"iterations", "seed"};
 
 absl::Status Usage(absl::string_view message) {
   return absl::InvalidArgumentError(message);
@@ -244,7 +245,15 @@ absl::StatusOr<core::Trace> LoadTrace(const CliArgs& args,
       return Usage(absl::StrCat(*path, ": ", trace.status().message()));
     }
     *source = absl::StrCat("trace:", *path);
-    return trace;
+    // --layers stretches a recorded trace by depth (core/trace_depth.h).
+    absl::StatusOr<std::optional<int>> layers = Positive(args, "layers");
+    if (!layers.ok()) return layers.status();
+    if (!*layers) return trace;
+    absl::StatusOr<core::Trace> stretched = core::ResampleTraceDepth(*trace, **layers);
+    if (!stretched.ok()) {
+      return Usage(absl::StrCat("--layers: ", stretched.status().message()));
+    }
+    return stretched;
   }
   core::ScenarioConfig scenario;
   absl::StatusOr<core::Scenario> name =

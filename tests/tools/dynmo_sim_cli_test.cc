@@ -211,6 +211,18 @@ TEST_F(DynmoSimCliTest, WrittenTraceReplaysToTheSameNumbers) {
   }
 }
 
+TEST_F(DynmoSimCliTest, LayersStretchesARecordedTraceByDepth) {
+  const std::string trace = TempPath("small.jsonl");
+  SimJson("--scenario early-exit --stages 2 --layers 10 --iterations 30 "
+          "--write-trace " + trace);
+  Json stretched = SimJson("--trace " + trace + " --stages 24 --layers 48");
+  ASSERT_TRUE(stretched.is_object());
+  EXPECT_EQ(stretched["layers"], 48);
+  EXPECT_EQ(stretched["final_boundaries"].size(), 25u);
+  EXPECT_EQ(stretched["final_boundaries"].back(), 48);
+  ExpectUsageError("--trace " + trace + " --stages 2 --layers 2", "--layers:");
+}
+
 TEST_F(DynmoSimCliTest, ReplayUsageAndInputErrorsExitTwo) {
   const std::string bad_json = TempPath("bad.jsonl");
   WriteAll(bad_json,
