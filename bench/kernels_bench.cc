@@ -7,7 +7,7 @@
 // contiguous row, added to a contiguous row) with __restrict__ pointers, which
 // gcc -O2 vectorizes without -ffast-math, and process 4 samples per sweep of W
 // like the sparse kernels do: a tight dense loop, not a tuned BLAS. Results and the command:
-// docs/benchmarks-kernels.md.
+// docs/benchmarks.md ("CPU CSR SpMM vs dense").
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
