@@ -187,6 +187,14 @@ class Agent::Impl {
     return s;
   }
 
+  bool Flush(absl::Duration timeout) const {
+    absl::MutexLock lock(&mu_);
+    auto sent = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+      return unsent_acks_ == 0 || stop_;
+    };
+    return mu_.AwaitWithTimeout(absl::Condition(&sent), timeout) && unsent_acks_ == 0;
+  }
+
   bool WaitConnected(absl::Duration timeout) const {
     absl::MutexLock lock(&mu_);
     auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
@@ -207,7 +215,11 @@ class Agent::Impl {
     a->set_iteration(last_iteration_);
     a->set_detail(detail);
     control_.push_back(std::move(m));
-    while (control_.size() > 256) control_.pop_front();
+    ++unsent_acks_;
+    while (control_.size() > 256) {
+      control_.pop_front();
+      --unsent_acks_;
+    }
   }
 
   void FailPendingLocked(const std::string& why)
@@ -356,6 +368,7 @@ class Agent::Impl {
       {
         absl::MutexLock lock(&impl_->mu_);
         writing_ = false;
+        if (out_.has_ack()) --impl_->unsent_acks_;  // written, or lost with the stream
         if (!ok) {
           broken_ = true;  // the stream is gone; OnDone follows
           return;
@@ -528,6 +541,7 @@ class Agent::Impl {
   int kicking_ ABSL_GUARDED_BY(mu_) = 0;
   std::deque<AgentMessage> samples_ ABSL_GUARDED_BY(mu_);
   std::deque<AgentMessage> control_ ABSL_GUARDED_BY(mu_);
+  int64_t unsent_acks_ ABSL_GUARDED_BY(mu_) = 0;  // queued or being written
   int64_t last_iteration_ ABSL_GUARDED_BY(mu_) = -1;
   uint64_t applied_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<int> boundaries_ ABSL_GUARDED_BY(mu_);
@@ -585,6 +599,8 @@ AgentStats Agent::stats() const { return impl_->Stats(); }
 bool Agent::WaitConnected(absl::Duration timeout) const {
   return impl_->WaitConnected(timeout);
 }
+
+bool Agent::Flush(absl::Duration timeout) const { return impl_->Flush(timeout); }
 
 void Agent::Stop() { impl_->Stop(); }
 

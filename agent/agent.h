@@ -134,6 +134,11 @@ class Agent {
   // Blocks until the agent has an open session or `timeout` passes.
   bool WaitConnected(absl::Duration timeout) const;
 
+  // Blocks until every queued acknowledgement has been written to the
+  // session (or lost with a broken one) or `timeout` passes; true when none
+  // is left. For a rank about to exit, e.g. one released by re-packing.
+  bool Flush(absl::Duration timeout) const;
+
   // Stops the background thread (closing the session). Idempotent.
   void Stop();
 

@@ -1,13 +1,11 @@
 #include "coordinator/service/agent_service.h"
 
-#include <deque>
 #include <memory>
-#include <optional>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
+#include "coordinator/service/host_session.h"
 #include "coordinator/service/session_sink.h"
+#include "coordinator/service/stream_outbox.h"
 #include "coordinator/service/validation.h"
 
 namespace dynmo::service {
@@ -18,100 +16,26 @@ using dynmo::v1::CoordinatorMessage;
 
 class SessionReactor;
 
-// The write side of one Session stream: a queue in front of the reactor's
-// single outstanding write. Outlives the reactor (jobs hold it), so every
-// use checks that the reactor is still there.
+// A one-rank Session's sink: the stream's outbox.
 class Outbox final : public SessionSink {
  public:
   explicit Outbox(
       grpc::ServerBidiReactor<AgentMessage, CoordinatorMessage>* reactor)
-      : reactor_(reactor) {}
+      : stream_(reactor) {}
 
   void Send(std::shared_ptr<const CoordinatorMessage> message) override {
-    grpc::ServerBidiReactor<AgentMessage, CoordinatorMessage>* start = nullptr;
-    const CoordinatorMessage* first = nullptr;
-    {
-      absl::MutexLock lock(&mu_);
-      if (reactor_ == nullptr || finishing_) return;
-      queue_.push_back(std::move(message));
-      if (!writing_) {
-        writing_ = true;
-        start = reactor_;
-        first = queue_.front().get();
-      }
-    }
-    // Outside the lock: gRPC may run reactions inline.
-    if (start != nullptr) start->StartWrite(first);
+    stream_.Write(std::move(message));
   }
-
   void Close(const absl::Status& status) override {
-    Finish(ToGrpcStatus(status));
+    stream_.Finish(ToGrpcStatus(status));
   }
-
-  void Finish(const grpc::Status& status) {
-    grpc::ServerBidiReactor<AgentMessage, CoordinatorMessage>* r = nullptr;
-    {
-      absl::MutexLock lock(&mu_);
-      if (reactor_ == nullptr || finishing_) return;
-      finishing_ = true;
-      if (writing_) {
-        pending_finish_ = status;  // after the write in flight completes
-        return;
-      }
-      r = reactor_;
-    }
-    r->Finish(status);
-  }
-
-  void OnWriteDone(bool ok) {
-    grpc::ServerBidiReactor<AgentMessage, CoordinatorMessage>* r = nullptr;
-    const CoordinatorMessage* next = nullptr;
-    std::optional<grpc::Status> finish;
-    {
-      absl::MutexLock lock(&mu_);
-      queue_.pop_front();
-      if (!ok) queue_.clear();  // the stream is broken: nothing more goes out
-      if (!queue_.empty() && !(finishing_ && pending_finish_)) {
-        next = queue_.front().get();
-        r = reactor_;
-      } else {
-        writing_ = false;
-        if (pending_finish_) {
-          finish = pending_finish_;
-          pending_finish_.reset();
-          r = reactor_;
-        }
-      }
-    }
-    if (next != nullptr) {
-      r->StartWrite(next);
-    } else if (finish) {
-      r->Finish(*finish);
-    }
-  }
-
-  bool finishing() {
-    absl::MutexLock lock(&mu_);
-    return finishing_;
-  }
-
-  // The reactor is gone (OnDone): drop everything from now on.
-  void Detach() {
-    absl::MutexLock lock(&mu_);
-    reactor_ = nullptr;
-    queue_.clear();
-  }
+  void Finish(const grpc::Status& status) { stream_.Finish(status); }
+  void OnWriteDone(bool ok) { stream_.OnWriteDone(ok); }
+  bool finishing() { return stream_.finishing(); }
+  void Detach() { stream_.Detach(); }
 
  private:
-  absl::Mutex mu_;
-  grpc::ServerBidiReactor<AgentMessage, CoordinatorMessage>* reactor_
-      ABSL_GUARDED_BY(mu_);
-  // Front = the write in flight; shared_ptr keeps it alive until done.
-  std::deque<std::shared_ptr<const CoordinatorMessage>> queue_
-      ABSL_GUARDED_BY(mu_);
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool finishing_ ABSL_GUARDED_BY(mu_) = false;
-  std::optional<grpc::Status> pending_finish_ ABSL_GUARDED_BY(mu_);
+  StreamOutbox<AgentMessage, CoordinatorMessage> stream_;
 };
 
 class SessionReactor final
@@ -205,6 +129,29 @@ grpc::ServerUnaryReactor* AgentServiceImpl::Register(
 grpc::ServerBidiReactor<AgentMessage, CoordinatorMessage>*
 AgentServiceImpl::Session(grpc::CallbackServerContext* /*context*/) {
   return new SessionReactor(coordinator_);
+}
+
+grpc::ServerUnaryReactor* AgentServiceImpl::RegisterHost(
+    grpc::CallbackServerContext* context,
+    const dynmo::v1::RegisterHostRequest* request,
+    dynmo::v1::RegisterHostResponse* response) {
+  auto* reactor = context->DefaultReactor();
+  absl::StatusOr<std::shared_ptr<JobState>> job =
+      coordinator_->jobs().RegisterHost(*request, response);
+  if (!job.ok()) {
+    response->Clear();
+    coordinator_->metrics().RpcError(
+        "RegisterHost",
+        GrpcCodeName(static_cast<grpc::StatusCode>(job.status().code())));
+  }
+  reactor->Finish(ToGrpcStatus(job.status()));
+  return reactor;
+}
+
+grpc::ServerBidiReactor<dynmo::v1::HostMessage,
+                        dynmo::v1::HostCoordinatorMessage>*
+AgentServiceImpl::HostSession(grpc::CallbackServerContext* /*context*/) {
+  return NewHostSessionReactor(coordinator_);
 }
 
 }  // namespace dynmo::service

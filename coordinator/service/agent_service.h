@@ -4,7 +4,9 @@
 // message must be `hello` naming a registered rank; then reports and acks
 // flow up and plan messages down. A malformed message ends the stream with
 // INVALID_ARGUMENT (or the job's FAILED_PRECONDITION / NOT_FOUND) and leaves
-// the job unchanged; the agent reconnects.
+// the job unchanged; the agent reconnects. RegisterHost / HostSession are the
+// multiplexed variants for a process serving several ranks of one job
+// (host_session.h).
 #ifndef DYNMO_COORDINATOR_SERVICE_AGENT_SERVICE_H_
 #define DYNMO_COORDINATOR_SERVICE_AGENT_SERVICE_H_
 
@@ -26,6 +28,15 @@ class AgentServiceImpl final : public dynmo::v1::AgentService::CallbackService {
   grpc::ServerBidiReactor<dynmo::v1::AgentMessage,
                           dynmo::v1::CoordinatorMessage>*
   Session(grpc::CallbackServerContext* context) override;
+
+  grpc::ServerUnaryReactor* RegisterHost(
+      grpc::CallbackServerContext* context,
+      const dynmo::v1::RegisterHostRequest* request,
+      dynmo::v1::RegisterHostResponse* response) override;
+
+  grpc::ServerBidiReactor<dynmo::v1::HostMessage,
+                          dynmo::v1::HostCoordinatorMessage>*
+  HostSession(grpc::CallbackServerContext* context) override;
 
  private:
   Coordinator* coordinator_;

@@ -16,22 +16,39 @@ absl::StatusOr<std::shared_ptr<JobState>> JobRegistry::Register(
     const dynmo::v1::RegisterRequest& request,
     dynmo::v1::RegisterResponse* response) {
   if (absl::Status s = ValidateRegister(request); !s.ok()) return s;
-  std::shared_ptr<JobState> job;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = jobs_.find(request.job());
-    if (it != jobs_.end()) {
-      job = it->second;
-    } else {
-      if (static_cast<int>(jobs_.size()) >= max_jobs_) {
-        return absl::ResourceExhaustedError(absl::StrCat(
-            "the coordinator already serves ", max_jobs_, " jobs"));
-      }
-      job = std::make_shared<JobState>(request, options_, deps_);
-      jobs_[request.job()] = job;
-    }
+  absl::StatusOr<std::shared_ptr<JobState>> job = FindOrCreate(request);
+  if (!job.ok()) return job.status();
+  if (absl::Status s = (*job)->Register(request, response); !s.ok()) return s;
+  return job;
+}
+
+absl::StatusOr<std::shared_ptr<JobState>> JobRegistry::RegisterHost(
+    const dynmo::v1::RegisterHostRequest& request,
+    dynmo::v1::RegisterHostResponse* response) {
+  if (absl::Status s = ValidateRegisterHost(request); !s.ok()) return s;
+  // The request is consistent in itself, so a job it creates accepts it.
+  absl::StatusOr<std::shared_ptr<JobState>> job = FindOrCreate(request.ranks(0));
+  if (!job.ok()) return job.status();
+  std::vector<dynmo::v1::RegisterResponse> responses;
+  if (absl::Status s = (*job)->RegisterMany(request.ranks(), &responses);
+      !s.ok()) {
+    return s;
   }
-  if (absl::Status s = job->Register(request, response); !s.ok()) return s;
+  for (auto& r : responses) *response->add_ranks() = std::move(r);
+  return job;
+}
+
+absl::StatusOr<std::shared_ptr<JobState>> JobRegistry::FindOrCreate(
+    const dynmo::v1::RegisterRequest& first) {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(first.job());
+  if (it != jobs_.end()) return it->second;
+  if (static_cast<int>(jobs_.size()) >= max_jobs_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the coordinator already serves ", max_jobs_, " jobs"));
+  }
+  auto job = std::make_shared<JobState>(first, options_, deps_);
+  jobs_[first.job()] = job;
   return job;
 }
 

@@ -31,11 +31,21 @@ class JobRegistry {
       const dynmo::v1::RegisterRequest& request,
       dynmo::v1::RegisterResponse* response);
 
+  // RegisterHost: validates the whole request first (ValidateRegisterHost),
+  // creates the job on first sight, registers every rank or none.
+  absl::StatusOr<std::shared_ptr<JobState>> RegisterHost(
+      const dynmo::v1::RegisterHostRequest& request,
+      dynmo::v1::RegisterHostResponse* response);
+
   // NOT_FOUND names the job.
   absl::StatusOr<std::shared_ptr<JobState>> Find(const std::string& name) const;
+
   std::vector<std::shared_ptr<JobState>> All() const;
 
  private:
+  absl::StatusOr<std::shared_ptr<JobState>> FindOrCreate(
+      const dynmo::v1::RegisterRequest& first);
+
   const JobOptions options_;
   const JobDeps deps_;
   const int max_jobs_;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "coordinator/core/measures.h"
@@ -122,8 +123,16 @@ JobState::JobState(const dynmo::v1::JobRecord& record,
 }
 
 void JobState::QueueSend(const std::shared_ptr<SessionSink>& sink,
-                         const CoordinatorMessage& m) {
-  sends_.emplace_back(sink, std::make_shared<const CoordinatorMessage>(m));
+                         std::vector<int> ranks, const CoordinatorMessage& m) {
+  sends_.push_back(PendingSend{sink, std::move(ranks),
+                               std::make_shared<const CoordinatorMessage>(m)});
+  has_sends_.store(true, std::memory_order_release);
+}
+
+void JobState::QueueClose(const std::shared_ptr<SessionSink>& sink) {
+  // A multiplexed session may be replaced for several ranks at once.
+  if (std::find(closes_.begin(), closes_.end(), sink) != closes_.end()) return;
+  closes_.push_back(sink);
   has_sends_.store(true, std::memory_order_release);
 }
 
@@ -133,9 +142,7 @@ void JobState::FlushSends() {
   // in the order they were queued: a COMMIT never overtakes its PREPARE.
   if (!has_sends_.load(std::memory_order_acquire)) return;  // the hot path
   absl::MutexLock send_lock(&send_mu_);
-  std::vector<std::pair<std::shared_ptr<SessionSink>,
-                        std::shared_ptr<const CoordinatorMessage>>>
-      batch;
+  std::vector<PendingSend> batch;
   std::vector<std::shared_ptr<SessionSink>> closes;
   {
     absl::MutexLock lock(&mu_);
@@ -146,7 +153,7 @@ void JobState::FlushSends() {
   for (const auto& sink : closes) {
     sink->Close(absl::AbortedError("superseded by a newer session"));
   }
-  for (const auto& [sink, message] : batch) sink->Send(message);
+  for (const PendingSend& p : batch) p.sink->SendTo(p.ranks, p.message);
 }
 
 absl::Status JobState::Register(const dynmo::v1::RegisterRequest& request,
@@ -239,13 +246,62 @@ std::vector<int> JobState::MissingParticipants(bool need_session) const {
   return missing;
 }
 
+bool JobState::ActiveRanksReportedSince(int64_t iter) const {
+  for (const Rank& r : ranks_) {
+    if (r.registered && IsActiveStage(r.pipeline_rank) && r.last_iteration < iter) {
+      return false;
+    }
+  }
+  return true;
+}
+
 int64_t JobState::NewestIteration() const { return newest_iteration_; }
 
 int JobState::MissingSamples() const { return missing_; }
 
-absl::Status JobState::RegisterUnflushed(const dynmo::v1::RegisterRequest& request,
-                                dynmo::v1::RegisterResponse* response) {
+absl::Status JobState::RegisterUnflushed(
+    const dynmo::v1::RegisterRequest& request,
+    dynmo::v1::RegisterResponse* response) {
   absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckRegisterLocked(request); !s.ok()) return s;
+  // Rank records become durable with the next plan, which is before any of
+  // them can be released; only an adopted epoch must be saved right away.
+  const bool adopted = ApplyRegisterLocked(request);
+  RegisterResponseLocked(request.rank(), response);
+  if (adopted) return PersistLocked();
+  return absl::OkStatus();
+}
+
+absl::Status JobState::RegisterMany(
+    const google::protobuf::RepeatedPtrField<dynmo::v1::RegisterRequest>& requests,
+    std::vector<dynmo::v1::RegisterResponse>* responses) {
+  absl::Status status;
+  {
+    absl::MutexLock lock(&mu_);
+    // Check all first: a refused batch registers no rank.
+    for (const auto& r : requests) {
+      if (status = CheckRegisterLocked(r); !status.ok()) break;
+    }
+    if (status.ok()) {
+      bool adopted = false;
+      for (const auto& r : requests) adopted = ApplyRegisterLocked(r) || adopted;
+      // Answered after all applied: one rank's adopted epoch and layout
+      // are every rank's answer.
+      responses->assign(static_cast<size_t>(requests.size()),
+                        dynmo::v1::RegisterResponse{});
+      for (int i = 0; i < requests.size(); ++i) {
+        RegisterResponseLocked(requests[i].rank(),
+                               &(*responses)[static_cast<size_t>(i)]);
+      }
+      if (adopted) status = PersistLocked();
+    }
+  }
+  FlushSends();
+  return status;
+}
+
+absl::Status JobState::CheckRegisterLocked(
+    const dynmo::v1::RegisterRequest& request) const {
   if (request.pipeline_size() != pipeline_size_ ||
       request.data_parallel_size() != data_parallel_size_ ||
       request.num_layers() != num_layers_) {
@@ -272,7 +328,7 @@ absl::Status JobState::RegisterUnflushed(const dynmo::v1::RegisterRequest& reque
           request.data_parallel_rank(), " is already rank ", i));
     }
   }
-  Rank& r = ranks_[static_cast<size_t>(request.rank())];
+  const Rank& r = ranks_[static_cast<size_t>(request.rank())];
   if (r.registered && (r.pipeline_rank != request.pipeline_rank() ||
                        r.data_parallel_rank != request.data_parallel_rank())) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -280,6 +336,11 @@ absl::Status JobState::RegisterUnflushed(const dynmo::v1::RegisterRequest& reque
         r.data_parallel_rank, ", not stage ", request.pipeline_rank(),
         " replica ", request.data_parallel_rank()));
   }
+  return absl::OkStatus();
+}
+
+bool JobState::ApplyRegisterLocked(const dynmo::v1::RegisterRequest& request) {
+  Rank& r = ranks_[static_cast<size_t>(request.rank())];
   bool adopted = false;
   if (request.applied_epoch() > epoch_) {
     adopted = true;
@@ -296,7 +357,6 @@ absl::Status JobState::RegisterUnflushed(const dynmo::v1::RegisterRequest& reque
                            : AllStages(pipeline_size_);
     }
   }
-  const bool was_registered = r.registered;
   r.registered = true;
   r.pipeline_rank = request.pipeline_rank();
   r.data_parallel_rank = request.data_parallel_rank();
@@ -323,16 +383,17 @@ absl::Status JobState::RegisterUnflushed(const dynmo::v1::RegisterRequest& reque
     }
   }
 
+  return adopted;
+}
+
+void JobState::RegisterResponseLocked(
+    int rank, dynmo::v1::RegisterResponse* response) const {
   response->set_epoch(epoch_);
   response->set_applied_epoch(applied_epoch_);
   for (int b : boundaries_) response->add_boundaries(b);
   for (int s : active_stages_) response->add_active_stages(s);
-  response->set_released(!IsActiveStage(r.pipeline_rank));
-  (void)was_registered;
-  // Rank records become durable with the next plan, which is before any of
-  // them can be released; only an adopted epoch must be saved right away.
-  if (adopted) return PersistLocked();
-  return absl::OkStatus();
+  response->set_released(
+      !IsActiveStage(ranks_[static_cast<size_t>(rank)].pipeline_rank));
 }
 
 absl::Status JobState::AttachUnflushed(int rank, std::shared_ptr<SessionSink> sink) {
@@ -350,12 +411,64 @@ absl::Status JobState::AttachUnflushed(int rank, std::shared_ptr<SessionSink> si
   if (r.sink != nullptr && r.sink != sink) {
     // Closed after the lock is released: gRPC may run OnDone inline, and
     // OnDone detaches from this job.
-    closes_.push_back(r.sink);
-    has_sends_.store(true, std::memory_order_release);
+    QueueClose(r.sink);
   }
   r.sink = std::move(sink);
-  ResendInFlight(r);
+  const int one[] = {rank};
+  ResendInFlight(r.sink, one);
   return absl::OkStatus();
+}
+
+absl::Status JobState::AttachHost(absl::Span<const int> ranks,
+                                  std::shared_ptr<SessionSink> sink) {
+  absl::Status status;
+  {
+    absl::MutexLock lock(&mu_);
+    // Check every rank before binding any.
+    for (int rank : ranks) {
+      if (rank < 0 || rank >= static_cast<int>(ranks_.size())) {
+        status = absl::NotFoundError(
+            absl::StrCat("job ", name_, " has no rank ", rank, " (it has ",
+                         ranks_.size(), ")"));
+        break;
+      }
+      const Rank& r = ranks_[static_cast<size_t>(rank)];
+      if (!r.registered) {
+        status = absl::FailedPreconditionError(absl::StrCat(
+            "rank ", rank, " of job ", name_,
+            " must be registered (RegisterHost) before its host session"));
+        break;
+      }
+      if (r.sink != nullptr && r.sink != sink && !r.sink->host().empty() &&
+          r.sink->host() != sink->host()) {
+        status = absl::AlreadyExistsError(absl::StrCat(
+            "rank ", rank, " of job ", name_,
+            " is carried by a live host session of host '", r.sink->host(),
+            "', not '", sink->host(), "'"));
+        break;
+      }
+    }
+    if (status.ok()) {
+      for (int rank : ranks) {
+        Rank& r = ranks_[static_cast<size_t>(rank)];
+        if (r.sink != nullptr && r.sink != sink) QueueClose(r.sink);
+        r.sink = sink;
+      }
+      ResendInFlight(sink, ranks);
+    }
+  }
+  FlushSends();
+  return status;
+}
+
+void JobState::DetachHost(absl::Span<const int> ranks,
+                          const SessionSink* sink) {
+  absl::MutexLock lock(&mu_);
+  for (int rank : ranks) {
+    if (rank < 0 || rank >= static_cast<int>(ranks_.size())) continue;
+    Rank& r = ranks_[static_cast<size_t>(rank)];
+    if (r.sink.get() == sink) r.sink = nullptr;
+  }
 }
 
 void JobState::Detach(int rank, const SessionSink* sink) {
@@ -365,8 +478,9 @@ void JobState::Detach(int rank, const SessionSink* sink) {
   if (r.sink.get() == sink) r.sink = nullptr;
 }
 
-void JobState::ResendInFlight(Rank& r) {
-  if (r.sink == nullptr) return;
+void JobState::ResendInFlight(const std::shared_ptr<SessionSink>& sink,
+                              absl::Span<const int> ranks) {
+  if (sink == nullptr || ranks.empty()) return;
   if (!in_flight_) {
     // The newest epoch was aborted (maybe while the rank was away): say so,
     // so a rank holding it prepared drops it now instead of at its apply
@@ -376,35 +490,53 @@ void JobState::ResendInFlight(Rank& r) {
       CoordinatorMessage m;
       m.mutable_abort()->set_epoch(epoch_);
       m.mutable_abort()->set_reason(history_.back().detail());
-      QueueSend(r.sink, m);
+      QueueSend(sink, std::vector<int>(ranks.begin(), ranks.end()), m);
     }
     return;
   }
-  if (!IsActiveStage(r.pipeline_rank)) return;
+  std::vector<int> active;
+  for (int rank : ranks) {
+    if (IsActiveStage(ranks_[static_cast<size_t>(rank)].pipeline_rank)) {
+      active.push_back(rank);
+    }
+  }
+  if (active.empty()) return;
   CoordinatorMessage m;
   *m.mutable_prepare() = in_flight_->plan();
-  QueueSend(r.sink, m);
+  QueueSend(sink, active, m);
   if (in_flight_->outcome() == dynmo::v1::PLAN_OUTCOME_COMMITTED &&
       !in_flight_->plan().commit_with_prepare()) {
     CoordinatorMessage c;
     c.mutable_commit()->set_epoch(in_flight_->plan().epoch());
     c.mutable_commit()->set_apply_iteration(
         in_flight_->plan().apply_iteration());
-    QueueSend(r.sink, c);
+    QueueSend(sink, std::move(active), c);
   }
 }
 
-absl::Status JobState::OnReportUnflushed(int rank,
-                                const dynmo::v1::IterationReport& report) {
+absl::Status JobState::OnReportUnflushed(
+    int rank, const dynmo::v1::IterationReport& report) {
   absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckReportLocked(rank, report); !s.ok()) return s;
+  ApplyReportLocked(rank, report);
+  return absl::OkStatus();
+}
+
+absl::Status JobState::CheckReportLocked(
+    int /*rank*/, const dynmo::v1::IterationReport& report) const {
   if (absl::Status s = ValidateReport(report, num_layers_); !s.ok()) return s;
-  Rank& r = ranks_[static_cast<size_t>(rank)];
   if (report.applied_epoch() > epoch_) {
     return absl::FailedPreconditionError(
         absl::StrCat("report ran under epoch ", report.applied_epoch(),
                      " but job ", name_, " never issued an epoch beyond ",
                      epoch_));
   }
+  return absl::OkStatus();
+}
+
+void JobState::ApplyReportLocked(int rank,
+                                 const dynmo::v1::IterationReport& report) {
+  Rank& r = ranks_[static_cast<size_t>(rank)];
   const size_t replica = static_cast<size_t>(r.data_parallel_rank);
   // A released stage holds no layers any more; its stragglers are ignored.
   const bool active = IsActiveStage(r.pipeline_rank);
@@ -438,6 +570,9 @@ absl::Status JobState::OnReportUnflushed(int rank,
   r.applied_epoch = report.applied_epoch();
   newest_iteration_ = std::max(newest_iteration_, report.iteration());
   model_changed_ = model_changed_ || report.model_changed();
+  if (report.model_changed()) {
+    model_changed_iteration_ = std::max(model_changed_iteration_, report.iteration());
+  }
   dirty_ = true;
   ++reports_;
   if (metrics_ != nullptr) metrics_->Report();
@@ -457,23 +592,70 @@ absl::Status JobState::OnReportUnflushed(int rank,
                                report.applied_epoch()));
     }
   }
-  return absl::OkStatus();
 }
 
 absl::Status JobState::OnAckUnflushed(int rank, const dynmo::v1::PlanAck& ack) {
   absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckAckLocked(rank, ack); !s.ok()) return s;
+  ApplyAckLocked(rank, ack);
+  return absl::OkStatus();
+}
+
+absl::Status JobState::CheckAckLocked(int rank,
+                                      const dynmo::v1::PlanAck& ack) const {
   if (absl::Status s = ValidateAck(ack); !s.ok()) return s;
   if (ack.epoch() > epoch_) {
     return absl::InvalidArgumentError(absl::StrCat(
         "ack for epoch ", ack.epoch(), " but job ", name_,
         " never issued an epoch beyond ", epoch_));
   }
+  if (in_flight_ && ack.epoch() == in_flight_->plan().epoch() &&
+      ack.state() == PlanAck::APPLIED &&
+      in_flight_->outcome() != dynmo::v1::PLAN_OUTCOME_COMMITTED) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("rank ", rank, " applied epoch ", ack.epoch(),
+                     " which was never committed"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status JobState::OnHostBatch(const dynmo::v1::HostBatch& batch) {
+  absl::Status status;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& m : batch.messages()) {
+      if (m.rank() < 0 || m.rank() >= static_cast<int>(ranks_.size())) {
+        status = absl::NotFoundError(
+            absl::StrCat("job ", name_, " has no rank ", m.rank()));
+      } else if (m.has_report()) {
+        status = CheckReportLocked(m.rank(), m.report());
+      } else if (m.has_ack()) {
+        status = CheckAckLocked(m.rank(), m.ack());
+      } else {
+        status = absl::InvalidArgumentError(absl::StrCat(
+            "empty RankMessage for rank ", m.rank(), " in a HostBatch"));
+      }
+      if (!status.ok()) break;
+    }
+    if (status.ok()) {
+      for (const auto& m : batch.messages()) {
+        if (m.has_report()) {
+          ApplyReportLocked(m.rank(), m.report());
+        } else {
+          ApplyAckLocked(m.rank(), m.ack());
+        }
+      }
+    }
+  }
+  FlushSends();
+  return status;
+}
+
+void JobState::ApplyAckLocked(int rank, const dynmo::v1::PlanAck& ack) {
   Rank& r = ranks_[static_cast<size_t>(rank)];
   if (ack.iteration() > r.last_iteration) r.last_iteration = ack.iteration();
   // Acks of settled epochs are duplicates or late: idempotent no-ops.
-  if (!in_flight_ || ack.epoch() != in_flight_->plan().epoch()) {
-    return absl::OkStatus();
-  }
+  if (!in_flight_ || ack.epoch() != in_flight_->plan().epoch()) return;
   const bool committed =
       in_flight_->outcome() == dynmo::v1::PLAN_OUTCOME_COMMITTED;
   switch (ack.state()) {
@@ -487,30 +669,26 @@ absl::Status JobState::OnAckUnflushed(int rank, const dynmo::v1::PlanAck& ack) {
           c.mutable_commit()->set_epoch(in_flight_->plan().epoch());
           c.mutable_commit()->set_apply_iteration(
               in_flight_->plan().apply_iteration());
-          QueueSend(r.sink, c);
+          QueueSend(r.sink, {rank}, c);
         }
-        return absl::OkStatus();
+        return;
       }
       if (!r.prepared && Participates(rank)) {
         r.prepared = true;
         ++prepared_count_;
       }
       if (prepared_count_ >= participants_) CommitLocked();
-      return absl::OkStatus();
+      return;
     case PlanAck::FAILED:
       AbortLocked(absl::StrCat("rank ", rank, " failed: ", ack.detail()));
-      return absl::OkStatus();
+      return;
     case PlanAck::APPLIED:
-      if (!committed) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "rank ", rank, " applied epoch ", ack.epoch(),
-            " which was never committed"));
-      }
+      if (!committed) return;  // CheckAckLocked refused it
       r.applied_epoch = ack.epoch();
       ApplyLocked(absl::StrCat("rank ", rank, " applied"));
-      return absl::OkStatus();
+      return;
     default:
-      return absl::InvalidArgumentError("unknown ack state");
+      return;  // ValidateAck refused it
   }
 }
 
@@ -647,13 +825,17 @@ absl::StatusOr<dynmo::v1::Plan> JobState::IssueLocked(
 
 void JobState::SendToParticipants(const CoordinatorMessage& m) {
   auto shared = std::make_shared<const CoordinatorMessage>(m);
+  // One send per sink: a multiplexed session gets the message once with
+  // the list of its participating ranks.
+  absl::flat_hash_map<const SessionSink*, size_t> index;
   for (size_t i = 0; i < ranks_.size(); ++i) {
     Rank& r = ranks_[i];
-    if (r.sink != nullptr && Participates(static_cast<int>(i))) {
-      sends_.emplace_back(r.sink, shared);
-      has_sends_.store(true, std::memory_order_release);
-    }
+    if (r.sink == nullptr || !Participates(static_cast<int>(i))) continue;
+    auto [it, fresh] = index.try_emplace(r.sink.get(), sends_.size());
+    if (fresh) sends_.push_back(PendingSend{r.sink, {}, shared});
+    sends_[it->second].ranks.push_back(static_cast<int>(i));
   }
+  if (!index.empty()) has_sends_.store(true, std::memory_order_release);
 }
 
 void JobState::CommitLocked() {
@@ -773,6 +955,10 @@ void JobState::TickUnflushed(absl::Time now) {
       break;
     case Trigger::Kind::kOnEvent:
       if (!model_changed_) return;
+      if (!ActiveRanksReportedSince(model_changed_iteration_)) {
+        last_decision_note_ = "model changed: waiting for every rank's new costs";
+        return;  // keep the trigger armed
+      }
       reason = "on-event";
       break;
     case Trigger::Kind::kAuto:

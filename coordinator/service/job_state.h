@@ -18,7 +18,9 @@
 // The epoch is committed to the StateKeeper before PREPARE leaves, so epochs
 // never go backwards across kill -9. Thread-safe: one mutex per job; lock
 // order job -> pool -> keeper. Downstream messages are queued under the
-// job's lock and handed to the sinks after it is released, in order.
+// job's lock and handed to the sinks after it is released, in order, grouped
+// per sink: a multiplexed session (SessionSink shared by several ranks) gets
+// one message per broadcast listing the ranks it is for.
 #ifndef DYNMO_COORDINATOR_SERVICE_JOB_STATE_H_
 #define DYNMO_COORDINATOR_SERVICE_JOB_STATE_H_
 
@@ -35,6 +37,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "coordinator/core/boundaries.h"
 #include "coordinator/core/cost_model.h"
 #include "coordinator/core/pipeline_sim.h"
@@ -91,11 +94,30 @@ class JobState {
   // job (FAILED_PRECONDITION), coordinates taken by another rank.
   absl::Status Register(const dynmo::v1::RegisterRequest& request,
                         dynmo::v1::RegisterResponse* response);
+  // Registers several ranks at once (RegisterHost), all or nothing: any
+  // error leaves the job unchanged. The requests are already validated one
+  // by one and among themselves (ValidateRegisterHost).
+  absl::Status RegisterMany(
+      const google::protobuf::RepeatedPtrField<dynmo::v1::RegisterRequest>& requests,
+      std::vector<dynmo::v1::RegisterResponse>* responses);
   // Binds a registered rank's session; replaces (and closes) an older one
   // and re-sends whatever plan message the rank may have missed.
   absl::Status Attach(int rank, std::shared_ptr<SessionSink> sink);
   // Unbinds `sink` if it is still the rank's session.
   void Detach(int rank, const SessionSink* sink);
+  // Binds several registered ranks to one multiplexed session, all or
+  // nothing: NOT_FOUND for a rank outside the job, FAILED_PRECONDITION for
+  // an unregistered one, ALREADY_EXISTS for a rank carried by a live session
+  // of another host. Replaces (and closes) older sessions of these ranks and
+  // re-sends the in-flight plan once for all of them.
+  absl::Status AttachHost(absl::Span<const int> ranks,
+                          std::shared_ptr<SessionSink> sink);
+  // Unbinds `sink` from those of `ranks` it still serves.
+  void DetachHost(absl::Span<const int> ranks, const SessionSink* sink);
+  // The upstream messages of one HostBatch, in order, under one lock. Every
+  // message is checked before any is applied, so a bad batch changes
+  // nothing. The caller checked that each rank is carried by the session.
+  absl::Status OnHostBatch(const dynmo::v1::HostBatch& batch);
 
   absl::Status OnReport(int rank, const dynmo::v1::IterationReport& report);
   absl::Status OnAck(int rank, const dynmo::v1::PlanAck& ack);
@@ -129,6 +151,23 @@ class JobState {
 
   absl::Status RegisterUnflushed(const dynmo::v1::RegisterRequest& request,
                                  dynmo::v1::RegisterResponse* response);
+  absl::Status CheckRegisterLocked(const dynmo::v1::RegisterRequest& request)
+      const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Returns true when the rank's epoch was adopted (must be persisted).
+  bool ApplyRegisterLocked(const dynmo::v1::RegisterRequest& request)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RegisterResponseLocked(int rank,
+                              dynmo::v1::RegisterResponse* response) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckReportLocked(int rank,
+                                 const dynmo::v1::IterationReport& report) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ApplyReportLocked(int rank, const dynmo::v1::IterationReport& report)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckAckLocked(int rank, const dynmo::v1::PlanAck& ack) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ApplyAckLocked(int rank, const dynmo::v1::PlanAck& ack)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status AttachUnflushed(int rank, std::shared_ptr<SessionSink> sink);
   absl::Status OnReportUnflushed(int rank,
                                  const dynmo::v1::IterationReport& report);
@@ -139,13 +178,18 @@ class JobState {
   // Downstream messages are queued under mu_ and sent by FlushSends after
   // it is released.
   void QueueSend(const std::shared_ptr<SessionSink>& sink,
+                 std::vector<int> ranks,
                  const dynmo::v1::CoordinatorMessage& m)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void QueueClose(const std::shared_ptr<SessionSink>& sink)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FlushSends() ABSL_LOCKS_EXCLUDED(mu_);
 
   void Init(const JobOptions& options) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool IsActiveStage(int stage) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Participates(int rank) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // True when every registered active rank reported iteration >= `iter`.
+  bool ActiveRanksReportedSince(int64_t iter) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<int> MissingParticipants(bool need_session) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t NewestIteration() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -167,7 +211,12 @@ class JobState {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SendToParticipants(const dynmo::v1::CoordinatorMessage& m)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ResendInFlight(Rank& rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What the (re)attached `ranks` of `sink` may have missed: the in-flight
+  // PREPARE (and COMMIT) for the participating ones, or the ABORT of the
+  // newest epoch; one message per kind for all of them.
+  void ResendInFlight(const std::shared_ptr<SessionSink>& sink,
+                      absl::Span<const int> ranks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   dynmo::v1::JobRecord RecordLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status PersistLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   dynmo::v1::JobSummary SummaryLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -178,9 +227,12 @@ class JobState {
 
   absl::Mutex send_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable absl::Mutex mu_;
-  std::vector<std::pair<std::shared_ptr<SessionSink>,
-                        std::shared_ptr<const dynmo::v1::CoordinatorMessage>>>
-      sends_ ABSL_GUARDED_BY(mu_);
+  struct PendingSend {
+    std::shared_ptr<SessionSink> sink;
+    std::vector<int> ranks;  // the ranks of `sink` it is for
+    std::shared_ptr<const dynmo::v1::CoordinatorMessage> message;
+  };
+  std::vector<PendingSend> sends_ ABSL_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<SessionSink>> closes_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> has_sends_{false};  // sends_ or closes_ is non-empty
   JobOptions options_ ABSL_GUARDED_BY(mu_);
@@ -207,6 +259,10 @@ class JobState {
   int64_t newest_iteration_ ABSL_GUARDED_BY(mu_) = -1;
   int64_t last_decision_iteration_ ABSL_GUARDED_BY(mu_) = -1;
   bool model_changed_ ABSL_GUARDED_BY(mu_) = false;
+  // The newest iteration a rank flagged "model changed". on-event decides
+  // only once every active rank reported it or later: otherwise the plan
+  // would mix one stage's new costs with another's stale ones.
+  int64_t model_changed_iteration_ ABSL_GUARDED_BY(mu_) = -1;
   bool dirty_ ABSL_GUARDED_BY(mu_) = false;
   int64_t reports_ ABSL_GUARDED_BY(mu_) = 0;
 

@@ -11,7 +11,10 @@
 
 #include <memory>
 
+#include <string>
+
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 #include "dynmo/v1/agent.pb.h"
 
 namespace dynmo::service {
@@ -21,7 +24,18 @@ class SessionSink {
   virtual ~SessionSink() = default;
   virtual void Send(
       std::shared_ptr<const dynmo::v1::CoordinatorMessage> message) = 0;
+  // `message` for `ranks` (all carried by this session). A one-rank session
+  // needs no addressing.
+  virtual void SendTo(absl::Span<const int> /*ranks*/,
+                      std::shared_ptr<const dynmo::v1::CoordinatorMessage> message) {
+    Send(std::move(message));
+  }
   virtual void Close(const absl::Status& status) = 0;
+  // The host a multiplexed session serves; empty for a one-rank session.
+  virtual const std::string& host() const {
+    static const std::string kNone;
+    return kNone;
+  }
 };
 
 }  // namespace dynmo::service

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "coordinator/core/boundaries.h"
 #include "coordinator/core/pipeline_sim.h"
@@ -146,6 +147,67 @@ absl::Status ValidateAck(const dynmo::v1::PlanAck& ack) {
     return Invalid("ack state must be PREPARED, APPLIED or FAILED");
   }
   if (ack.detail().size() > 4096) return Invalid("ack detail over 4096 bytes");
+  return absl::OkStatus();
+}
+
+absl::Status ValidateRegisterHost(
+    const dynmo::v1::RegisterHostRequest& request) {
+  if (request.ranks_size() == 0) return Invalid("RegisterHost names no rank");
+  if (request.ranks_size() > kMaxRanksPerJob) {
+    return Invalid(absl::StrCat("RegisterHost names ", request.ranks_size(),
+                                " ranks; the limit is ", kMaxRanksPerJob));
+  }
+  const dynmo::v1::RegisterRequest& first = request.ranks(0);
+  absl::flat_hash_set<int> ranks;
+  absl::flat_hash_set<std::pair<int, int>> coordinates;
+  for (const auto& r : request.ranks()) {
+    if (absl::Status s = ValidateRegister(r); !s.ok()) {
+      return Invalid(absl::StrCat("rank ", r.rank(), ": ", s.message()));
+    }
+    if (r.job() != first.job()) {
+      return Invalid(absl::StrCat("RegisterHost mixes jobs '", first.job(),
+                                  "' and '", r.job(), "'"));
+    }
+    if (r.pipeline_size() != first.pipeline_size() ||
+        r.data_parallel_size() != first.data_parallel_size() ||
+        r.num_layers() != first.num_layers() ||
+        r.model_fingerprint() != first.model_fingerprint()) {
+      return Invalid(absl::StrCat(
+          "rank ", r.rank(), " registers ", r.pipeline_size(), " stages x ",
+          r.data_parallel_size(), " replicas x ", r.num_layers(),
+          " layers of model '", r.model_fingerprint(), "', rank ", first.rank(),
+          " ", first.pipeline_size(), " x ", first.data_parallel_size(), " x ",
+          first.num_layers(), " of '", first.model_fingerprint(), "'"));
+    }
+    if (!ranks.insert(r.rank()).second) {
+      return Invalid(absl::StrCat("rank ", r.rank(), " is listed twice"));
+    }
+    if (!coordinates.insert({r.pipeline_rank(), r.data_parallel_rank()})
+             .second) {
+      return Invalid(absl::StrCat("stage ", r.pipeline_rank(), " replica ",
+                                  r.data_parallel_rank(),
+                                  " is listed for two ranks"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateHostHello(const dynmo::v1::HostHello& hello) {
+  if (absl::Status s = ValidateJobName(hello.job()); !s.ok()) return s;
+  if (hello.host().empty() || hello.host().size() > 256) {
+    return Invalid("HostHello.host must be 1..256 bytes");
+  }
+  if (hello.ranks_size() == 0) return Invalid("HostHello names no rank");
+  if (hello.ranks_size() > kMaxRanksPerJob) {
+    return Invalid(absl::StrCat("HostHello names more than ", kMaxRanksPerJob,
+                                " ranks"));
+  }
+  absl::flat_hash_set<int> seen;
+  for (int r : hello.ranks()) {
+    if (!seen.insert(r).second) {
+      return Invalid(absl::StrCat("HostHello lists rank ", r, " twice"));
+    }
+  }
   return absl::OkStatus();
 }
 

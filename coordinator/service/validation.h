@@ -32,6 +32,15 @@ absl::Status ValidateReport(const dynmo::v1::IterationReport& report,
 
 absl::Status ValidateAck(const dynmo::v1::PlanAck& ack);
 
+// A RegisterHost request: 1..kMaxRanksPerJob registrations, each valid on
+// its own, all of one job and one job shape (sizes, layers, fingerprint),
+// with distinct ranks and distinct (stage, replica) coordinates.
+absl::Status ValidateRegisterHost(const dynmo::v1::RegisterHostRequest& request);
+
+// A HostSession hello: a job name, a host name (1..256 bytes) and 1 or more
+// distinct ranks.
+absl::Status ValidateHostHello(const dynmo::v1::HostHello& hello);
+
 // Parses and checks an operator policy. Empty balancer / trigger fields keep
 // the values of `base`.
 absl::StatusOr<Policy> PolicyFromProto(const dynmo::v1::Policy& proto,

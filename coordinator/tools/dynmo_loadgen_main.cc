@@ -11,6 +11,9 @@
 //
 // Ranks are laid out as --dp replicas of a --agents/--dp stage pipeline
 // (default: one replica of N stages); rank = replica * stages + stage.
+// --ranks_per_session K > 1 hosts K consecutive ranks per process-like
+// agent::HostAgent over ONE multiplexed HostSession stream (one per node in
+// production: 8), instead of one Agent and one Session per rank.
 // Prints one JSON summary: reports sent, samples dropped, plans applied and
 // failed, per-plan delivery latency (decision to the last rank holding the
 // COMMIT), the imbalance of the last record under the initial and the final
@@ -33,6 +36,7 @@
 #include "absl/time/time.h"
 #include "agent/agent.h"
 #include "agent/channel.h"
+#include "agent/host_agent.h"
 #include "coordinator/core/measures.h"
 #include "coordinator/core/partition.h"
 #include "coordinator/core/scenario.h"
@@ -62,6 +66,8 @@ ABSL_FLAG(std::string, tls_key, "", "PEM client key (mutual TLS)");
 ABSL_FLAG(std::string, tls_server_name, "", "expected server name");
 ABSL_FLAG(std::string, host_prefix, "sim-host-", "simulated host names");
 ABSL_FLAG(int, threads, 2, "threads that send the simulated reports");
+ABSL_FLAG(int, ranks_per_session, 1,
+          "ranks multiplexed over one HostSession (1: one Session per rank)");
 
 namespace {
 
@@ -78,6 +84,42 @@ double Percentile(std::vector<double> v, double p) {
   size_t i = static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5);
   return v[std::min(i, v.size() - 1)];
 }
+
+// One simulated rank, whichever transport carries it: its own Agent, or a
+// HostedRank of a HostAgent shared with other ranks.
+class SimRank {
+ public:
+  virtual ~SimRank() = default;
+  virtual std::optional<v1::Plan> PlanToApplyAt(int64_t k) = 0;
+  virtual absl::Status Acknowledge(uint64_t epoch, bool applied,
+                                   const std::string& detail) = 0;
+  virtual absl::Status ReportIteration(const agent::IterationSample& s) = 0;
+  virtual agent::AgentStats stats() const = 0;
+  virtual bool WaitConnected(absl::Duration timeout) const = 0;
+};
+
+template <typename T>
+class SimRankOf final : public SimRank {
+ public:
+  explicit SimRankOf(T* rank) : rank_(rank) {}
+  std::optional<v1::Plan> PlanToApplyAt(int64_t k) override {
+    return rank_->PlanToApplyAt(k);
+  }
+  absl::Status Acknowledge(uint64_t epoch, bool applied,
+                           const std::string& detail) override {
+    return rank_->Acknowledge(epoch, applied, detail);
+  }
+  absl::Status ReportIteration(const agent::IterationSample& s) override {
+    return rank_->ReportIteration(s);
+  }
+  agent::AgentStats stats() const override { return rank_->stats(); }
+  bool WaitConnected(absl::Duration timeout) const override {
+    return rank_->WaitConnected(timeout);
+  }
+
+ private:
+  T* rank_;
+};
 
 double ImbalanceOf(const core::TraceRecord& record,
                    const std::vector<int>& boundaries) {
@@ -102,6 +144,10 @@ int main(int argc, char** argv) {
     return Die("--agents must be a positive multiple of --dp");
   }
   if (iterations < 1) return Die("--iterations must be >= 1");
+  const int per_session = absl::GetFlag(FLAGS_ranks_per_session);
+  if (per_session < 1 || agents % per_session != 0) {
+    return Die("--agents must be a positive multiple of --ranks_per_session");
+  }
   const int stages = agents / dp;
   const std::string scenario = absl::GetFlag(FLAGS_scenario);
   const std::string trace_file = absl::GetFlag(FLAGS_trace);
@@ -158,7 +204,10 @@ int main(int argc, char** argv) {
   for (int s = 0; s < stages; ++s) active.push_back(s);
   const std::vector<int> initial_boundaries = boundaries;
 
-  std::vector<std::unique_ptr<agent::Agent>> ranks;
+  std::vector<std::unique_ptr<agent::Agent>> single;    // per_session == 1
+  std::vector<std::unique_ptr<agent::HostAgent>> hosts;  // per_session > 1
+  std::vector<std::unique_ptr<SimRank>> ranks;
+  std::vector<agent::AgentConfig> pending_host;
   for (int r = 0; r < agents; ++r) {
     agent::AgentConfig c;
     c.shared_channel = channels[static_cast<size_t>(r / per_channel)];
@@ -176,9 +225,29 @@ int main(int argc, char** argv) {
     c.model_fingerprint = scenario.empty() ? trace_file : scenario;
     c.microbatches = absl::GetFlag(FLAGS_microbatches);
     c.queue_capacity = static_cast<size_t>(absl::GetFlag(FLAGS_queue_capacity));
-    absl::StatusOr<std::unique_ptr<agent::Agent>> a = agent::Agent::Start(c);
-    if (!a.ok()) return Die(std::string(a.status().message()));
-    ranks.push_back(*std::move(a));
+    if (per_session == 1) {
+      absl::StatusOr<std::unique_ptr<agent::Agent>> a = agent::Agent::Start(c);
+      if (!a.ok()) return Die(std::string(a.status().message()));
+      single.push_back(*std::move(a));
+      ranks.push_back(std::make_unique<SimRankOf<agent::Agent>>(single.back().get()));
+      continue;
+    }
+    pending_host.push_back(c);
+    if (static_cast<int>(pending_host.size()) < per_session) continue;
+    agent::HostAgentConfig hc;
+    hc.shared_channel = pending_host.front().shared_channel;
+    hc.host = absl::StrCat(absl::GetFlag(FLAGS_host_prefix), "session-",
+                           r / per_session);
+    hc.ranks = std::move(pending_host);
+    pending_host.clear();
+    absl::StatusOr<std::unique_ptr<agent::HostAgent>> h =
+        agent::HostAgent::Start(hc);
+    if (!h.ok()) return Die(std::string(h.status().message()));
+    hosts.push_back(*std::move(h));
+    for (size_t i = 0; i < hosts.back()->size(); ++i) {
+      ranks.push_back(std::make_unique<SimRankOf<agent::HostedRank>>(
+          &hosts.back()->rank(i)));
+    }
   }
   const absl::Time connect_deadline =
       absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
@@ -318,13 +387,16 @@ int main(int argc, char** argv) {
     dropped += st.samples_dropped;
     connects += st.connects;
   }
-  for (auto& a : ranks) a->Stop();
+  for (auto& a : single) a->Stop();
+  for (auto& h : hosts) h->Stop();
 
   const core::TraceRecord& last =
       trace[static_cast<size_t>(iterations - 1) % trace.size()];
   nlohmann::json out = {
       {"job", absl::GetFlag(FLAGS_job)},
       {"agents", agents},
+      {"ranks_per_session", per_session},
+      {"sessions", agents / per_session},
       {"stages", stages},
       {"replicas", dp},
       {"layers", num_layers},

@@ -145,11 +145,14 @@ class DaemonTest : public ::testing::Test {
   }
 
   std::string Loadgen(const std::string& job, const std::string& source,
-                      int iterations) {
+                      int iterations, const std::string& extra = "") {
     return absl::StrCat(bin_, "/dynmo-loadgen --coordinator=", address_,
                         " --job=", job, " --agents=8 --iterations=", iterations,
-                        " --iteration_ms=10 --drain_s=0.5 ", source);
+                        " --iteration_ms=10 --drain_s=0.5 ", source, " ", extra);
   }
+
+  // kill -9 of the coordinator while a second job runs with `loadgen_flags`.
+  void Kill9MidRun(const std::string& loadgen_flags);
 
   std::string bin_, dir_, address_;
   int port_ = 0;
@@ -193,18 +196,26 @@ TEST_F(DaemonTest, RepackingReleasesRanksThatCtlReleasedShows) {
   EXPECT_NE(plans.out.find("repack"), std::string::npos) << plans.out;
 }
 
-TEST_F(DaemonTest, Kill9AndRestartLoseNothing) {
+TEST_F(DaemonTest, Kill9AndRestartLoseNothing) { Kill9MidRun(""); }
+
+TEST_F(DaemonTest, Kill9AndRestartLoseNothingWithMultiplexedRanks) {
+  // 8 ranks as 2 host sessions of 4: same guarantees as 8 Sessions.
+  Kill9MidRun("--ranks_per_session=4");
+}
+
+void DaemonTest::Kill9MidRun(const std::string& loadgen_flags) {
   StartDaemon();
   WaitReady();
   const std::string trace = WriteSkewedTrace(dir_, 50);
-  ASSERT_EQ(Shell(Loadgen("first", "--trace=" + trace, 60)).rc, 0);
+  ASSERT_EQ(Shell(Loadgen("first", "--trace=" + trace, 60, loadgen_flags)).rc, 0);
   ASSERT_EQ(Ctl("claim gpu-2 gpu-3 --holder=sched --lease_seconds=600").rc, 0);
   nlohmann::json before = Json(Ctl("released --all", "--json"));
   nlohmann::json first_before = Json(Ctl("job first", "--json"));
 
   // A second job is mid-run when the coordinator dies.
   const std::string log = dir_ + "/loadgen.out";
-  Result bg = Shell(Loadgen("second", "--scenario=moe --layers=32", 600) + " > " +
+  Result bg = Shell(Loadgen("second", "--scenario=moe --layers=32", 600,
+                           loadgen_flags) + " > " +
                   log + " 2>&1 & echo $!");
   const pid_t loadgen = std::stoi(bg.out);
   uint64_t epoch_before = 0;

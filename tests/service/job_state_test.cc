@@ -343,6 +343,12 @@ TEST_F(JobStateTest, OnEventTriggerWaitsForAModelChange) {
   changed.set_model_changed(true);
   ASSERT_TRUE(job_->OnReport(0, changed).ok());
   job_->Tick(absl::Now());
+  EXPECT_EQ(job_->Summary().epoch(), 0u)
+      << "the other stages have not reported their costs after the change yet";
+  for (int r = 1; r < kStages; ++r) {
+    ASSERT_TRUE(job_->OnReport(r, Report(r, 5)).ok());
+  }
+  job_->Tick(absl::Now());
   EXPECT_EQ(job_->Summary().epoch(), 1u);
 }
 

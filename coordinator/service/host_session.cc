@@ -1,0 +1,153 @@
+#include "coordinator/service/host_session.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "coordinator/service/session_sink.h"
+#include "coordinator/service/stream_outbox.h"
+#include "coordinator/service/validation.h"
+
+namespace dynmo::service {
+namespace {
+
+using dynmo::v1::CoordinatorMessage;
+using dynmo::v1::HostCoordinatorMessage;
+using dynmo::v1::HostMessage;
+
+// The sink every rank of one host session shares.
+class HostOutbox final : public SessionSink {
+ public:
+  HostOutbox(grpc::ServerBidiReactor<HostMessage, HostCoordinatorMessage>* r,
+             std::string host, std::vector<int> ranks)
+      : stream_(r), host_(std::move(host)), ranks_(std::move(ranks)) {}
+
+  void Send(std::shared_ptr<const CoordinatorMessage> message) override {
+    SendTo(ranks_, std::move(message));
+  }
+
+  void SendTo(absl::Span<const int> ranks,
+              std::shared_ptr<const CoordinatorMessage> message) override {
+    auto out = std::make_shared<HostCoordinatorMessage>();
+    out->mutable_ranks()->Add(ranks.begin(), ranks.end());
+    *out->mutable_message() = *message;
+    stream_.Write(std::move(out));
+  }
+
+  void Close(const absl::Status& status) override {
+    stream_.Finish(ToGrpcStatus(status));
+  }
+
+  const std::string& host() const override { return host_; }
+
+  StreamOutbox<HostMessage, HostCoordinatorMessage>& stream() {
+    return stream_;
+  }
+
+ private:
+  StreamOutbox<HostMessage, HostCoordinatorMessage> stream_;
+  const std::string host_;
+  const std::vector<int> ranks_;
+};
+
+class HostSessionReactor final
+    : public grpc::ServerBidiReactor<HostMessage, HostCoordinatorMessage> {
+ public:
+  explicit HostSessionReactor(Coordinator* coordinator)
+      : coordinator_(coordinator) {
+    StartRead(&in_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      // The agent closed its side or the connection broke.
+      Finish(grpc::Status::OK);
+      return;
+    }
+    absl::Status s = Handle();
+    if (!s.ok()) {
+      coordinator_->metrics().RpcError(
+          "HostSession", GrpcCodeName(static_cast<grpc::StatusCode>(s.code())));
+      Finish(ToGrpcStatus(s));
+      return;
+    }
+    // A superseded session was finished meanwhile: start nothing new.
+    if (outbox_ == nullptr || !outbox_->stream().finishing()) StartRead(&in_);
+  }
+
+  void OnWriteDone(bool ok) override { outbox_->stream().OnWriteDone(ok); }
+
+  void OnDone() override {
+    if (job_ != nullptr) job_->DetachHost(ranks_, outbox_.get());
+    if (outbox_ != nullptr) outbox_->stream().Detach();
+    delete this;
+  }
+
+ private:
+  void Finish(const grpc::Status& status) {
+    if (outbox_ != nullptr) {
+      outbox_->stream().Finish(status);  // after the write in flight
+    } else {
+      grpc::ServerBidiReactor<HostMessage, HostCoordinatorMessage>::Finish(
+          status);
+    }
+  }
+
+  absl::Status Handle() {
+    if (job_ == nullptr) return Hello();
+    switch (in_.kind_case()) {
+      case HostMessage::kBatch:
+        for (const auto& m : in_.batch().messages()) {
+          if (!carried_.contains(m.rank())) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "rank ", m.rank(), " is not carried by this host session of '",
+                outbox_->host(), "' (", ranks_.size(), " ranks)"));
+          }
+        }
+        return job_->OnHostBatch(in_.batch());
+      case HostMessage::kHello:
+        return absl::InvalidArgumentError("hello sent twice on one host session");
+      default:
+        return absl::InvalidArgumentError("empty HostSession message");
+    }
+  }
+
+  absl::Status Hello() {
+    if (!in_.has_hello()) {
+      return absl::InvalidArgumentError(
+          "the first HostSession message must be hello{job, host, ranks}");
+    }
+    const dynmo::v1::HostHello& hello = in_.hello();
+    if (absl::Status s = ValidateHostHello(hello); !s.ok()) return s;
+    absl::StatusOr<std::shared_ptr<JobState>> job =
+        coordinator_->jobs().Find(hello.job());
+    if (!job.ok()) return job.status();
+    std::vector<int> ranks(hello.ranks().begin(), hello.ranks().end());
+    auto outbox = std::make_shared<HostOutbox>(this, hello.host(), ranks);
+    // Installed before attaching: once attached, the job may write to it.
+    outbox_ = outbox;
+    if (absl::Status s = (*job)->AttachHost(ranks, outbox); !s.ok()) return s;
+    job_ = *job;
+    ranks_ = std::move(ranks);
+    carried_.insert(ranks_.begin(), ranks_.end());
+    return absl::OkStatus();
+  }
+
+  Coordinator* coordinator_;
+  std::shared_ptr<HostOutbox> outbox_;
+  std::shared_ptr<JobState> job_;
+  std::vector<int> ranks_;
+  absl::flat_hash_set<int> carried_;
+  HostMessage in_;
+};
+
+}  // namespace
+
+grpc::ServerBidiReactor<HostMessage, HostCoordinatorMessage>*
+NewHostSessionReactor(Coordinator* coordinator) {
+  return new HostSessionReactor(coordinator);
+}
+
+}  // namespace dynmo::service

@@ -1,0 +1,33 @@
+// HostSession: the coordinator's side of one multiplexed stream carrying
+// several ranks of one job (dynmo.v1.AgentService.HostSession).
+//
+// The first message must be a HostHello naming registered ranks; the ranks
+// are bound to the stream all or nothing (JobState::AttachHost). Then each
+// HostBatch is checked as a whole (every rank carried by this session, every
+// report and ack valid) and applied in order under one job lock. Downstream,
+// the stream is ONE SessionSink shared by its ranks, so JobState's
+// broadcasts reach it as one HostCoordinatorMessage listing the ranks.
+// Any error ends the stream with its status (INVALID_ARGUMENT, NOT_FOUND,
+// FAILED_PRECONDITION, ALREADY_EXISTS) and leaves the job unchanged; the
+// host agent reconnects. When the stream ends, its ranks are unbound (unless
+// a newer session took them over).
+//
+// Thread-safety: gRPC serialises a reactor's reactions; the sink may be
+// used from any thread.
+#ifndef DYNMO_COORDINATOR_SERVICE_HOST_SESSION_H_
+#define DYNMO_COORDINATOR_SERVICE_HOST_SESSION_H_
+
+#include "coordinator/service/coordinator.h"
+#include "dynmo/v1/agent.grpc.pb.h"
+#include "grpcpp/support/server_callback.h"
+
+namespace dynmo::service {
+
+// A reactor that deletes itself when the stream is done.
+grpc::ServerBidiReactor<dynmo::v1::HostMessage,
+                        dynmo::v1::HostCoordinatorMessage>*
+NewHostSessionReactor(Coordinator* coordinator);
+
+}  // namespace dynmo::service
+
+#endif  // DYNMO_COORDINATOR_SERVICE_HOST_SESSION_H_
