@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "coordinator/core/partition.h"
+#include "trainer/repack_layout.h"
 
 namespace dynmo::trainer {
 
@@ -37,6 +38,27 @@ absl::Status ValidateConfig(const TrainerConfig& c, int world_size) {
   if (!(c.lr > 0)) {
     return absl::InvalidArgumentError(absl::StrCat("--lr must be > 0, got ", c.lr));
   }
+  if (absl::Status s = ValidateDynamismParameters(m.dynamism, m.seq_len); !s.ok()) {
+    return s;
+  }
+  if (m.dynamism.Has("freezing")) {
+    if (absl::Status s = ValidateFreezingConfig(m.dynamism.freezing,
+                                                m.num_pipeline_layers());
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (m.dynamism.Has("early-exit")) {
+    if (absl::Status s = ValidateEarlyExitConfig(m.dynamism.early_exit, m.num_blocks);
+        !s.ok()) {
+      return s;
+    }
+    if (m.dynamism.Has("mod")) {
+      return absl::InvalidArgumentError(
+          "--dynamism: early-exit and mod both pick the tokens a block runs; "
+          "combine at most one of them");
+    }
+  }
   if (c.pp > m.num_pipeline_layers()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--pp=", c.pp, " stages but the model has only ",
@@ -64,13 +86,51 @@ absl::Status ValidateConfig(const TrainerConfig& c, int world_size) {
     return absl::InvalidArgumentError(
         "--test_migrate_every needs --test_migration_boundaries");
   }
-  for (const core::Boundaries& b : c.test_migration_targets) {
-    if (absl::Status s = core::ValidateBoundaries(b, m.num_pipeline_layers(), c.pp);
+  if (!c.test_migration_stages.empty() &&
+      c.test_migration_stages.size() != c.test_migration_targets.size()) {
+    return absl::InternalError("test_migration_stages must match the targets");
+  }
+  // Walk the targets once from the starting layout, as the job will.
+  StageLayout layout = InitialLayout(c.pp, {});
+  for (size_t i = 0; i < c.test_migration_targets.size(); ++i) {
+    LayoutTarget t;
+    t.boundaries = c.test_migration_targets[i];
+    if (!c.test_migration_stages.empty()) t.active_stages = c.test_migration_stages[i];
+    StageLayout next = ResolveTarget(layout, t);
+    if (absl::Status s = core::ValidateBoundaries(
+            next.boundaries, m.num_pipeline_layers(),
+            static_cast<int>(next.active_stages.size()));
         !s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--test_migration_boundaries entry ", absl::StrJoin(b, ","), ": ",
-          s.message()));
+          "--test_migration_boundaries entry ", absl::StrJoin(next.boundaries, ","),
+          ": ", s.message()));
     }
+    layout.boundaries = core::PartitionUniform(m.num_pipeline_layers(),
+                                               static_cast<int>(layout.active_stages.size()));
+    absl::StatusOr<RepackStep> step =
+        PlanRepackStep(layout, next, m.num_pipeline_layers(), c.dp);
+    if (!step.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--test_migration_boundaries entry ", i + 1, ": ", step.status().message()));
+    }
+    layout = next;
+  }
+  if (c.save_every < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--save_every must be >= 0, got ", c.save_every));
+  }
+  if (c.save_every > 0 && c.save_dir.empty()) {
+    return absl::InvalidArgumentError("--save_every needs --save_dir");
+  }
+  if (c.memory_capacity_bytes < 0) {
+    return absl::InvalidArgumentError("--memory_capacity_gb must be >= 0");
+  }
+  if (c.coordinator_connect_timeout_s < 1) {
+    return absl::InvalidArgumentError("--coordinator_connect_timeout_s must be >= 1");
+  }
+  if (!(c.repack_tolerance >= 0 && c.repack_tolerance <= 10)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--repack_tolerance must be in [0, 10], got ", c.repack_tolerance));
   }
   return absl::OkStatus();
 }
@@ -80,8 +140,20 @@ int64_t LayerParameterCount(const ModelConfig& m, int id) {
   if (id == 0) return v * h + t * h;
   if (id == m.num_pipeline_layers() - 1) return 2 * h + h * v;
   // Two LayerNorms, qkv, attention output, MLP in and out (all with biases).
-  return 2 * (2 * h) + (h * 3 * h + 3 * h) + (h * h + h) + (h * 4 * h + 4 * h) +
-         (4 * h * h + h);
+  const int64_t mlp = (h * 4 * h + 4 * h) + (4 * h * h + h);
+  int64_t count = 2 * (2 * h) + (h * 3 * h + 3 * h) + (h * h + h) + mlp;
+  const DynamismConfig& d = m.dynamism;
+  if (d.IsMoeBlock(id)) {
+    // A bias-free router and E expert MLPs in place of the MLP.
+    count += h * d.moe_experts + (d.moe_experts - 1) * mlp;
+  }
+  // The bias-free MoD router and its causal predictor (h -> h -> 1, biased).
+  if (d.IsModBlock(id)) count += h + (h * h + h) + (h + 1);
+  // An early-exit point: LayerNorm and a bias-free H -> vocab exit head.
+  if (d.Has("early-exit") && d.early_exit.HasExitPoint(id, m.num_blocks)) {
+    count += 2 * h + h * v;
+  }
+  return count;
 }
 
 absl::StatusOr<core::Boundaries> StartingBoundaries(const TrainerConfig& c) {

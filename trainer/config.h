@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "coordinator/core/boundaries.h"
+#include "trainer/dynamism/dynamism_config.h"
 
 namespace dynmo::trainer {
 
@@ -32,6 +33,9 @@ struct ModelConfig {
   int heads = 4;
   int seq_len = 32;
   int vocab = 256;
+  // The dynamic-model schemes (--dynamism) and their parameters: they shape
+  // what the layers compute, so they are part of the model.
+  DynamismConfig dynamism;
   // Pipeline layers: embedding + blocks + head.
   int num_pipeline_layers() const { return num_blocks + 2; }
 };
@@ -54,9 +58,14 @@ struct TrainerConfig {
   int timeout_s = 300;  // collective / point-to-point timeout
   // A test policy standing in for the coordinator: every
   // `test_migrate_every` iterations the job migrates to the next entry of
-  // `test_migration_targets` (cycling). 0 disables it.
+  // `test_migration_targets` (cycling). 0 disables it. Entry i may also name
+  // the stages that stay active (`test_migration_stages[i]`, original stage
+  // ids; empty = keep the running ones): fewer stages re-pack the job and
+  // release the others' ranks. A list that releases stages is walked once,
+  // not cycled.
   int test_migrate_every = 0;
   std::vector<core::Boundaries> test_migration_targets;
+  std::vector<std::vector<int>> test_migration_stages;  // empty or one per target
   // The DynMo coordinator (agent/agent.h): "none" or empty (no agent),
   // "embedded" (rank 0 serves one on loopback; every rank must be on this
   // host) or HOST:PORT. Plans it commits are applied at their apply
@@ -68,6 +77,30 @@ struct TrainerConfig {
   // diffusion; trigger: every:N|on-event|auto|manual.
   std::string balancer;
   std::string trigger;
+  // Re-packing (the policy's `repack` / `repack_tolerance`): the coordinator
+  // may release stages when the work fits fewer at a bottleneck within
+  // (1 + tolerance) of the best on all stages.
+  bool repack = false;
+  double repack_tolerance = 0;
+  // A HOST:PORT coordinator that no rank reached within this many seconds
+  // of start-up is an error; once connected, training never waits on it.
+  int coordinator_connect_timeout_s = 10;
+  // Per-layer checkpoints (checkpoint.h): every `save_every` iterations
+  // (0: only after the last one) each stage writes its layers under
+  // save_dir/iter_<k>/; `load_dir` resumes from its newest complete one at
+  // any pp/dp. Empty: off.
+  std::string save_dir;
+  int save_every = 0;
+  std::string load_dir;
+  // Memory reported per rank (stage_memory.h); 0: the machine's physical
+  // memory divided by its local ranks.
+  int64_t memory_capacity_bytes = 0;
+  // Rank 0 appends every iteration's per-layer profile to this JSON Lines
+  // trace (the format dynmo-sim --trace replays). Empty: off.
+  std::string trace;
+  // Per-layer clocks around every layer's forward and backward. false: one
+  // clock per stage pass, spread evenly over the stage's layers.
+  bool profile_layers = true;
 };
 
 // Returns OK when the model, schedule and parallel shape are consistent and

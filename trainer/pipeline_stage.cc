@@ -1,9 +1,13 @@
 #include "trainer/pipeline_stage.h"
 
 #include <chrono>
+#include <functional>
 #include <map>
+#include <unordered_set>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "trainer/dynamism/early_exit.h"
 
 namespace dynmo::trainer {
 namespace {
@@ -16,6 +20,40 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
 torch::Tensor TokensTensor(std::vector<int64_t>& data, int rows, int cols) {
   return torch::from_blob(data.data(), {rows, cols}, torch::kLong).clone();
 }
+
+// Runs a stage's ops unchanged and reports every Forward / Backward with its
+// duration once it returns: the stage tracks its peak activation stash
+// there and, without per-layer clocks (--profile_layers=false), times whole
+// stage passes.
+class ObservedOps : public StageOps {
+ public:
+  using Observer = std::function<void(bool forward, double seconds)>;
+  ObservedOps(StageOps& inner, Observer observer)
+      : inner_(inner), observer_(std::move(observer)) {}
+  absl::Status RecvForward(int mb) override { return inner_.RecvForward(mb); }
+  absl::Status Forward(int mb) override { return Timed(true, [&] { return inner_.Forward(mb); }); }
+  absl::Status SendForward(int mb) override { return inner_.SendForward(mb); }
+  absl::Status SendForwardRecvBackward(int s, int r) override {
+    return inner_.SendForwardRecvBackward(s, r);
+  }
+  absl::Status Backward(int mb) override { return Timed(false, [&] { return inner_.Backward(mb); }); }
+  absl::Status SendBackward(int mb) override { return inner_.SendBackward(mb); }
+  absl::Status SendBackwardRecvForward(int s, int r) override {
+    return inner_.SendBackwardRecvForward(s, r);
+  }
+  absl::Status RecvBackward(int mb) override { return inner_.RecvBackward(mb); }
+
+ private:
+  template <typename Op>
+  absl::Status Timed(bool forward, Op op) {
+    const auto start = std::chrono::steady_clock::now();
+    absl::Status s = op();
+    observer_(forward, SecondsSince(start));
+    return s;
+  }
+  StageOps& inner_;
+  Observer observer_;
+};
 
 }  // namespace
 
@@ -34,6 +72,28 @@ PipelineStage::PipelineStage(const TrainerConfig& config,
   for (int id = b[stage]; id < b[stage + 1]; ++id) {
     layers_.push_back(MakeOwnedLayer(config, id));
   }
+  dynamisms_ = MakeStageDynamisms(config);
+  early_exit_ = config.model.dynamism.Has("early-exit");
+}
+
+StageView PipelineStage::View() {
+  return StageView{config_, stage_,  num_stages_, dp_rank_,
+                   layers_, *transport_, &frozen_prefix_};
+}
+
+bool PipelineStage::TakeModelChanged() {
+  bool changed = false;
+  for (auto& d : dynamisms_) changed = d->TakeModelChanged() || changed;
+  return changed;
+}
+
+torch::Tensor PipelineStage::MaskBuffer() const {
+  return torch::empty({config_.micro_batch, config_.model.seq_len}, torch::kUInt8);
+}
+
+torch::Tensor PipelineStage::OutgoingMask(int mb) const {
+  return TokenMaskToWire(in_flight_[mb].context.token_active, config_.micro_batch,
+                         config_.model.seq_len);
 }
 
 torch::Tensor PipelineStage::ActivationBuffer() const {
@@ -49,48 +109,85 @@ absl::Status PipelineStage::RunIteration(int64_t iter, StageIterationStats* stat
   stats->forward_s.assign(layers_.size(), 0.0);
   stats->backward_s.assign(layers_.size(), 0.0);
   in_flight_.assign(config_.microbatches, InFlight{});
+  StageView view = View();
+  for (auto& d : dynamisms_) {
+    if (absl::Status s = d->BeforeIteration(iter, view); !s.ok()) return s;
+  }
   for (OwnedLayer& owned : layers_) owned.optimizer->zero_grad();
 
-  absl::Status s = RunOneFOneB(stage_, num_stages_, config_.microbatches, *this);
+  // Stage-pass clocks: used as the layer times without per-layer clocks.
+  double forward_pass_s = 0, backward_pass_s = 0;
+  ObservedOps observed(*this, [&](bool forward, double seconds) {
+    (forward ? forward_pass_s : backward_pass_s) += seconds;
+    stats->peak_stash_bytes = std::max(stats->peak_stash_bytes, StashedBytes());
+  });
+  absl::Status s = RunOneFOneB(stage_, num_stages_, config_.microbatches, observed);
   if (!s.ok()) return s;
+  if (!config_.profile_layers && !layers_.empty()) {
+    // Without per-layer clocks the stage's passes are spread evenly.
+    const double n = static_cast<double>(layers_.size());
+    stats->forward_s.assign(layers_.size(), forward_pass_s / n);
+    stats->backward_s.assign(layers_.size(), backward_pass_s / n);
+  }
   if (s = AverageGradientsOverDataParallel(); !s.ok()) return s;
   for (OwnedLayer& owned : layers_) owned.optimizer->step();
   in_flight_.clear();
+  for (auto& d : dynamisms_) {
+    if (s = d->AfterStep(iter, view); !s.ok()) return s;
+  }
   return absl::OkStatus();
 }
 
 absl::Status PipelineStage::RecvForward(int mb) {
   if (is_first()) return absl::OkStatus();
-  in_flight_[mb].input = ActivationBuffer();
-  P2POp op{P2POp::Kind::kRecv, &in_flight_[mb].input, prev_rank_};
-  return transport_->Exchange({op});
+  InFlight& f = in_flight_[mb];
+  f.input = ActivationBuffer();
+  std::vector<P2POp> ops = {P2POp{P2POp::Kind::kRecv, &f.input, prev_rank_}};
+  if (early_exit_) {
+    f.token_mask = MaskBuffer();
+    ops.push_back(P2POp{P2POp::Kind::kRecv, &f.token_mask, prev_rank_});
+  }
+  return transport_->Exchange(ops);
 }
 
 absl::Status PipelineStage::Forward(int mb) {
   InFlight& f = in_flight_[mb];
   const SampleLayout layout{config_.model.seq_len, config_.micro_batch,
                             config_.microbatches, config_.dp};
-  torch::Tensor x, targets;
-  if (is_first() || is_last()) {
+  torch::Tensor x;
+  f.context.iteration = iter_;
+  f.context.micro_batch = mb;
+  {
+    // Every stage reads its micro-batch's targets: cheap, and any layer's
+    // auxiliary loss (early exit) may need them.
     std::vector<int64_t> inputs, target_ids;
     FillMicroBatch(*corpus_, layout, iter_, dp_rank_, mb, &inputs, &target_ids);
     if (is_first()) x = TokensTensor(inputs, config_.micro_batch, config_.model.seq_len);
-    if (is_last()) {
-      targets = TokensTensor(target_ids, config_.micro_batch, config_.model.seq_len);
-    }
+    f.context.targets =
+        TokensTensor(target_ids, config_.micro_batch, config_.model.seq_len);
   }
   if (!is_first()) x = f.input;
+  if (!is_first() && early_exit_) f.context.token_active = TokenMaskFromWire(f.token_mask);
   for (size_t i = 0; i < layers_.size(); ++i) {
     PipelineLayer& layer = *layers_[i].layer;
-    // Token ids carry no gradient; hidden states start a fresh graph per layer.
+    // Token ids carry no gradient; hidden states start a fresh graph per
+    // layer, needing a gradient only above the frozen prefix.
     torch::Tensor in = layer.kind() == LayerKind::kEmbedding
                            ? x
-                           : x.detach().requires_grad_(true);
-    const auto start = std::chrono::steady_clock::now();
-    torch::Tensor out = layer.Forward(in, targets);
-    stats_->forward_s[i] += SecondsSince(start);
+                           : x.detach().requires_grad_(layer.id() > frozen_prefix_);
+    const size_t aux_before = f.context.aux_losses.size();
+    const bool clock = config_.profile_layers;
+    const auto start = clock ? std::chrono::steady_clock::now()
+                             : std::chrono::steady_clock::time_point{};
+    torch::Tensor out = layer.Forward(in, f.context);
+    if (clock) stats_->forward_s[i] += SecondsSince(start);
+    torch::Tensor aux;
+    for (size_t a = aux_before; a < f.context.aux_losses.size(); ++a) {
+      aux = aux.defined() ? aux + f.context.aux_losses[a] : f.context.aux_losses[a];
+    }
     f.layer_inputs.push_back(in);
     f.layer_outputs.push_back(out);
+    f.layer_aux_losses.push_back(aux);
     x = out;
   }
   if (is_last()) stats_->loss_sum += x.item<double>();
@@ -100,41 +197,62 @@ absl::Status PipelineStage::Forward(int mb) {
 absl::Status PipelineStage::SendForward(int mb) {
   if (is_last()) return absl::OkStatus();
   torch::Tensor out = in_flight_[mb].layer_outputs.back().detach().contiguous();
-  return transport_->Exchange({P2POp{P2POp::Kind::kSend, &out, next_rank_}});
+  torch::Tensor mask = early_exit_ ? OutgoingMask(mb) : torch::Tensor();
+  std::vector<P2POp> ops = {P2POp{P2POp::Kind::kSend, &out, next_rank_}};
+  if (early_exit_) ops.push_back(P2POp{P2POp::Kind::kSend, &mask, next_rank_});
+  return transport_->Exchange(ops);
 }
 
 absl::Status PipelineStage::SendForwardRecvBackward(int send_mb, int recv_mb) {
   if (is_last()) return absl::OkStatus();
   torch::Tensor out = in_flight_[send_mb].layer_outputs.back().detach().contiguous();
-  in_flight_[recv_mb].output_grad = ActivationBuffer();
-  return transport_->Exchange(
-      {P2POp{P2POp::Kind::kSend, &out, next_rank_},
-       P2POp{P2POp::Kind::kRecv, &in_flight_[recv_mb].output_grad, next_rank_}});
+  torch::Tensor mask = early_exit_ ? OutgoingMask(send_mb) : torch::Tensor();
+  std::vector<P2POp> ops = {P2POp{P2POp::Kind::kSend, &out, next_rank_}};
+  if (early_exit_) ops.push_back(P2POp{P2POp::Kind::kSend, &mask, next_rank_});
+  if (OutputCarriesGrad()) {
+    in_flight_[recv_mb].output_grad = ActivationBuffer();
+    ops.push_back(
+        P2POp{P2POp::Kind::kRecv, &in_flight_[recv_mb].output_grad, next_rank_});
+  }
+  return transport_->Exchange(ops);
 }
 
 absl::Status PipelineStage::Backward(int mb) {
   InFlight& f = in_flight_[mb];
-  torch::Tensor grad =
-      is_last() ? torch::full({}, 1.0 / config_.microbatches, torch::kFloat)
-                : f.output_grad;
+  // Each micro-batch's losses weigh 1/M: the gradient of the mean.
+  const torch::Tensor loss_weight =
+      torch::full({}, 1.0 / config_.microbatches, torch::kFloat);
+  torch::Tensor grad = is_last() ? loss_weight : f.output_grad;
   for (int i = static_cast<int>(layers_.size()) - 1; i >= 0; --i) {
-    const auto start = std::chrono::steady_clock::now();
-    torch::autograd::backward({f.layer_outputs[i]}, {grad});
-    stats_->backward_s[i] += SecondsSince(start);
+    // Frozen layers (and all before them) run no backward at all.
+    if (layers_[i].layer->id() < frozen_prefix_) break;
+    const bool clock = config_.profile_layers;
+    const auto start = clock ? std::chrono::steady_clock::now()
+                             : std::chrono::steady_clock::time_point{};
+    if (f.layer_aux_losses[i].defined()) {
+      torch::autograd::backward({f.layer_outputs[i], f.layer_aux_losses[i]},
+                                {grad, loss_weight});
+    } else {
+      torch::autograd::backward({f.layer_outputs[i]}, {grad});
+    }
+    if (clock) stats_->backward_s[i] += SecondsSince(start);
     if (layers_[i].layer->kind() != LayerKind::kEmbedding) {
       grad = f.layer_inputs[i].grad();
     }
   }
-  if (!is_first()) f.input_grad = grad.contiguous();
+  if (!is_first() && InputCarriesGrad()) f.input_grad = grad.contiguous();
   f.layer_inputs.clear();
   f.layer_outputs.clear();
+  f.layer_aux_losses.clear();
+  f.context = MicroBatchContext{};
   f.input = torch::Tensor();
+  f.token_mask = torch::Tensor();
   f.output_grad = torch::Tensor();
   return absl::OkStatus();
 }
 
 absl::Status PipelineStage::SendBackward(int mb) {
-  if (is_first()) return absl::OkStatus();
+  if (is_first() || !InputCarriesGrad()) return absl::OkStatus();
   absl::Status s = transport_->Exchange(
       {P2POp{P2POp::Kind::kSend, &in_flight_[mb].input_grad, prev_rank_}});
   in_flight_[mb].input_grad = torch::Tensor();
@@ -143,19 +261,44 @@ absl::Status PipelineStage::SendBackward(int mb) {
 
 absl::Status PipelineStage::SendBackwardRecvForward(int send_mb, int recv_mb) {
   if (is_first()) return absl::OkStatus();
-  in_flight_[recv_mb].input = ActivationBuffer();
-  absl::Status s = transport_->Exchange(
-      {P2POp{P2POp::Kind::kSend, &in_flight_[send_mb].input_grad, prev_rank_},
-       P2POp{P2POp::Kind::kRecv, &in_flight_[recv_mb].input, prev_rank_}});
+  InFlight& r = in_flight_[recv_mb];
+  r.input = ActivationBuffer();
+  std::vector<P2POp> ops;
+  if (InputCarriesGrad()) {
+    ops.push_back(P2POp{P2POp::Kind::kSend, &in_flight_[send_mb].input_grad, prev_rank_});
+  }
+  ops.push_back(P2POp{P2POp::Kind::kRecv, &r.input, prev_rank_});
+  if (early_exit_) {
+    r.token_mask = MaskBuffer();
+    ops.push_back(P2POp{P2POp::Kind::kRecv, &r.token_mask, prev_rank_});
+  }
+  absl::Status s = transport_->Exchange(ops);
   in_flight_[send_mb].input_grad = torch::Tensor();
   return s;
 }
 
 absl::Status PipelineStage::RecvBackward(int mb) {
-  if (is_last()) return absl::OkStatus();
+  if (is_last() || !OutputCarriesGrad()) return absl::OkStatus();
   in_flight_[mb].output_grad = ActivationBuffer();
   return transport_->Exchange(
       {P2POp{P2POp::Kind::kRecv, &in_flight_[mb].output_grad, next_rank_}});
+}
+
+int64_t PipelineStage::StashedBytes() const {
+  std::unordered_set<const void*> seen;
+  int64_t bytes = 0;
+  auto add = [&](const torch::Tensor& t) {
+    if (!t.defined() || !t.has_storage()) return;
+    const void* storage = t.storage().unsafeGetStorageImpl();
+    if (seen.insert(storage).second) bytes += static_cast<int64_t>(t.storage().nbytes());
+  };
+  for (const InFlight& f : in_flight_) {
+    add(f.input);
+    add(f.output_grad);
+    for (const torch::Tensor& t : f.layer_inputs) add(t);
+    for (const torch::Tensor& t : f.layer_outputs) add(t);
+  }
+  return bytes;
 }
 
 absl::Status PipelineStage::AverageGradientsOverDataParallel() {
@@ -163,12 +306,16 @@ absl::Status PipelineStage::AverageGradientsOverDataParallel() {
   std::vector<torch::Tensor> grads;
   for (OwnedLayer& owned : layers_) {
     for (torch::Tensor& p : owned.layer->parameters()) {
+      // Frozen parameters (freezing.h) drop out of the exchange; every
+      // replica agrees on which, from the job-wide frozen prefix.
+      if (!p.requires_grad()) continue;
       // A parameter the data never reached (an unused embedding row keeps a
       // dense zero gradient, but be safe) still joins the all-reduce.
       if (!p.mutable_grad().defined()) p.mutable_grad() = torch::zeros_like(p);
       grads.push_back(p.grad());
     }
   }
+  if (grads.empty()) return absl::OkStatus();  // the whole stage is frozen
   torch::Tensor flat = torch::cat(
       [&] {
         std::vector<torch::Tensor> views;
@@ -186,6 +333,14 @@ absl::Status PipelineStage::AverageGradientsOverDataParallel() {
     offset += n;
   }
   return absl::OkStatus();
+}
+
+void PipelineStage::Rebind(int stage, int num_stages, Transport* transport) {
+  stage_ = stage;
+  num_stages_ = num_stages;
+  transport_ = transport;
+  prev_rank_ = is_first() ? -1 : RankAt(stage - 1, dp_rank_, config_.dp);
+  next_rank_ = is_last() ? -1 : RankAt(stage + 1, dp_rank_, config_.dp);
 }
 
 absl::Status PipelineStage::ApplyMigration(const core::MigrationPlan& plan,

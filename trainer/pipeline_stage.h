@@ -23,8 +23,9 @@
 
 #include "absl/status/status.h"
 #include "coordinator/core/boundaries.h"
-#include "trainer/config.h"
 #include "coordinator/core/migration.h"
+#include "trainer/config.h"
+#include "trainer/dynamism/dynamism.h"
 #include "trainer/gpt_layers.h"
 #include "trainer/layer_migration.h"
 #include "trainer/one_f_one_b.h"
@@ -39,6 +40,8 @@ struct StageIterationStats {
   // Per local layer (index 0 = layer b[s]), summed over micro-batches.
   std::vector<double> forward_s;
   std::vector<double> backward_s;
+  // The most bytes of activations stashed at once (stage_memory.h).
+  int64_t peak_stash_bytes = 0;
 };
 
 class PipelineStage : public StageOps {
@@ -60,7 +63,17 @@ class PipelineStage : public StageOps {
   absl::Status ApplyMigration(const core::MigrationPlan& plan,
                               const core::Boundaries& to);
 
+  // True once after a dynamic-model scheme changed per-layer costs.
+  bool TakeModelChanged();
+
+  // Elastic re-packing: after a migration that left this stage its slice,
+  // the job runs on `num_stages` stages over `transport` (new numbering) and
+  // this stage is stage `stage` of them. The layers stay as they are.
+  void Rebind(int stage, int num_stages, Transport* transport);
+
   int first_layer() const { return first_layer_; }
+  // This rank's layers, ids first_layer() + i (checkpoints, memory).
+  std::vector<OwnedLayer>& layers() { return layers_; }
   int num_local_layers() const { return static_cast<int>(layers_.size()); }
 
   // StageOps (called by RunOneFOneB).
@@ -77,8 +90,12 @@ class PipelineStage : public StageOps {
   // Tensors of one micro-batch between its forward and its backward.
   struct InFlight {
     torch::Tensor input;        // received activation (not on the first stage)
+    torch::Tensor token_mask;   // early exit: [B, T] uint8 received with it
+    MicroBatchContext context;
     std::vector<torch::Tensor> layer_inputs;
     std::vector<torch::Tensor> layer_outputs;
+    // Per layer: the sum of the auxiliary losses it added (undefined: none).
+    std::vector<torch::Tensor> layer_aux_losses;
     torch::Tensor output_grad;  // received from downstream
     torch::Tensor input_grad;   // to send upstream
   };
@@ -87,6 +104,19 @@ class PipelineStage : public StageOps {
   bool is_last() const { return stage_ == num_stages_ - 1; }
   torch::Tensor ActivationBuffer() const;
   absl::Status AverageGradientsOverDataParallel();
+  // Bytes of the distinct storages every in-flight micro-batch holds.
+  int64_t StashedBytes() const;
+  StageView View();
+  // Layer freezing: whether gradients cross this stage's input / output
+  // boundary. Both neighbours derive it from the job-wide frozen prefix and
+  // the boundary, so the point-to-point pattern stays matched.
+  bool InputCarriesGrad() const { return first_layer_ > frozen_prefix_; }
+  bool OutputCarriesGrad() const {
+    return first_layer_ + num_local_layers() > frozen_prefix_;
+  }
+  // Early exit: the [B, T] token mask sent after micro-batch mb's activation.
+  torch::Tensor OutgoingMask(int mb) const;
+  torch::Tensor MaskBuffer() const;
 
   TrainerConfig config_;
   int stage_;
@@ -99,6 +129,9 @@ class PipelineStage : public StageOps {
   const TokenCorpus* corpus_;
   std::vector<OwnedLayer> layers_;  // ids first_layer_, first_layer_ + 1, ...
   std::vector<InFlight> in_flight_;
+  std::vector<std::unique_ptr<Dynamism>> dynamisms_;
+  int frozen_prefix_ = 0;    // StageView::frozen_prefix (freezing.h)
+  bool early_exit_ = false;  // the token mask travels with activations
   int64_t iter_ = 0;
   StageIterationStats* stats_ = nullptr;
 };

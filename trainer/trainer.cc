@@ -13,10 +13,16 @@
 #include "absl/time/time.h"
 #include "agent/agent.h"
 #include "agent/embedded_coordinator.h"
+#include "coordinator/service/coordinator.h"
+#include "coordinator/service/job_registry.h"
+#include "coordinator/service/job_state.h"
 #include "coordinator/core/migration.h"
 #include "dynmo/v1/operator.grpc.pb.h"
 #include "grpcpp/client_context.h"
+#include "trainer/checkpoint.h"
 #include "trainer/pipeline_stage.h"
+#include "trainer/repack.h"
+#include "trainer/stage_memory.h"
 #include "trainer/token_corpus.h"
 #include "trainer/transport.h"
 
@@ -40,7 +46,9 @@ struct AgentLink {
 // error; an unreachable coordinator only a warning (training goes on).
 absl::Status SetJobPolicy(const TrainerConfig& config, const std::string& address,
                           agent::Agent& agent) {
-  if (config.balancer.empty() && config.trigger.empty()) return absl::OkStatus();
+  if (config.balancer.empty() && config.trigger.empty() && !config.repack) {
+    return absl::OkStatus();
+  }
   if (!agent.WaitConnected(absl::Seconds(10))) {
     std::cerr << "dynmo-train: warning: coordinator " << address
               << " not reachable; policy not set" << std::endl;
@@ -54,6 +62,8 @@ absl::Status SetJobPolicy(const TrainerConfig& config, const std::string& addres
   req.set_job(config.job);
   req.mutable_policy()->set_balancer(config.balancer);
   req.mutable_policy()->set_trigger(config.trigger);
+  req.mutable_policy()->set_repack(config.repack);
+  req.mutable_policy()->set_repack_tolerance(config.repack_tolerance);
   grpc::Status s;
   for (int attempt = 0; attempt < 20; ++attempt) {
     grpc::ClientContext ctx;
@@ -128,6 +138,17 @@ absl::Status StartAgent(const TrainerConfig& config, const DistEnv& env,
   absl::StatusOr<std::unique_ptr<agent::Agent>> a = agent::Agent::Start(ac);
   if (!a.ok()) return a.status();
   link->agent = *std::move(a);
+  // Start-up is the one time a rank waits for the coordinator: a wrong
+  // address must not pass silently. Once connected, the agent reconnects in
+  // the background and training never waits on it again.
+  if (!link->agent->WaitConnected(absl::Seconds(config.coordinator_connect_timeout_s))) {
+    const std::string why = link->agent->stats().last_error;
+    return absl::UnavailableError(absl::StrCat(
+        "cannot reach the DynMo coordinator at ", address, " within ",
+        config.coordinator_connect_timeout_s, " s (--coordinator_connect_timeout_s)",
+        why.empty() ? "" : absl::StrCat(": ", why),
+        "; check --coordinator or run with --coordinator=none"));
+  }
   if (env.rank == 0) return SetJobPolicy(config, address, *link->agent);
   return absl::OkStatus();
 }
@@ -137,11 +158,16 @@ absl::Status StartAgent(const TrainerConfig& config, const DistEnv& env,
 // The MIN all-reduce of the held epoch is done with the world sum: with
 // [holds, epoch, epoch^2] summed, every rank holds epoch e exactly when the
 // count is the world size, the sum W*e and the sum of squares W*e^2 (zero
-// variance), i.e. when MIN == MAX == e. Returns the plan to apply, or nullopt
-// (after acknowledging a held plan as failed).
-absl::StatusOr<std::optional<dynmo::v1::Plan>> AgreeOnPlan(
-    agent::Agent& agent, Transport& transport, int64_t iter, int pp,
-    int num_layers) {
+// variance), i.e. when MIN == MAX == e. Returns the plan to apply with its
+// layout step from `layout` (which may release stages), or nullopt (after
+// acknowledging a held plan as failed).
+struct AgreedPlan {
+  dynmo::v1::Plan plan;
+  RepackStep step;
+};
+absl::StatusOr<std::optional<AgreedPlan>> AgreeOnPlan(
+    agent::Agent& agent, Transport& transport, int64_t iter,
+    const StageLayout& layout, int num_layers, int dp) {
   std::optional<dynmo::v1::Plan> due = agent.PlanToApplyAt(iter);
   torch::Tensor t = torch::zeros({3}, torch::kDouble);
   const double e = due ? static_cast<double>(due->epoch()) : 0;
@@ -155,7 +181,7 @@ absl::StatusOr<std::optional<dynmo::v1::Plan>> AgreeOnPlan(
   if (!due) return std::nullopt;
   auto v = t.accessor<double, 1>();
   const double w = transport.world_size();
-  auto fail = [&](const std::string& why) -> std::optional<dynmo::v1::Plan> {
+  auto fail = [&](const std::string& why) -> std::optional<AgreedPlan> {
     std::cerr << "dynmo-train: rank " << transport.rank() << ": plan epoch "
               << due->epoch() << " not applied at iteration " << iter << ": "
               << why << std::endl;
@@ -168,27 +194,44 @@ absl::StatusOr<std::optional<dynmo::v1::Plan>> AgreeOnPlan(
                              due->epoch()));
   }
   // Deterministic checks on a plan every rank holds: all decide alike.
-  bool identity_stages = due->active_stages_size() == 0 ||
-                         due->active_stages_size() == pp;
-  for (int i = 0; identity_stages && i < due->active_stages_size(); ++i) {
-    identity_stages = due->active_stages(i) == i;
+  absl::StatusOr<RepackStep> step = StepForPlan(*due, layout, num_layers, dp);
+  if (!step.ok()) return fail(std::string(step.status().message()));
+  return AgreedPlan{*std::move(due), *std::move(step)};
+}
+
+// A rank whose stage a re-pack released, after the survivors connected:
+// says so, lets its agent deliver the APPLIED acknowledgement (the
+// coordinator then puts its GPU in the released pool), and, when this
+// process serves the embedded coordinator, keeps serving it until every
+// rank of the job has disconnected (the survivors finished). Then the
+// process exits 0.
+absl::Status LeaveReleased(const TrainerConfig& config, const DistEnv& env,
+                           int stage_id, int64_t iter, const std::string& by,
+                           AgentLink& link) {
+  std::cout << "dynmo-train: rank " << env.rank << " (stage " << stage_id
+            << ") released by " << by << " at iteration " << iter
+            << "; its layers moved to the surviving stages; exiting" << std::endl;
+  if (link.agent != nullptr) {
+    if (!link.agent->Flush(absl::Seconds(5))) {
+      std::cerr << "dynmo-train: warning: rank " << env.rank
+                << ": release not acknowledged to the coordinator" << std::endl;
+    }
+    link.agent->Stop();
   }
-  if (due->released_stages_size() > 0 || !identity_stages) {
-    return fail("plan releases ranks (re-packing), which dynmo-train does not support");
-  }
-  if (due->boundaries_size() != pp + 1 || due->boundaries(0) != 0 ||
-      due->boundaries(pp) != num_layers) {
-    return fail(absl::StrCat("plan boundaries ", absl::StrJoin(due->boundaries(), ","),
-                             " do not partition ", num_layers, " layers over ",
-                             pp, " stages"));
-  }
-  for (int s = 0; s < pp; ++s) {
-    if (due->boundaries(s + 1) <= due->boundaries(s)) {
-      return fail(absl::StrCat("plan boundaries ", absl::StrJoin(due->boundaries(), ","),
-                               " leave a stage empty"));
+  if (link.embedded != nullptr) {
+    std::cout << "dynmo-train: rank " << env.rank
+              << " keeps serving the embedded coordinator until the job ends"
+              << std::endl;
+    int idle_polls = 0;
+    while (idle_polls < 10) {  // 2 s without a connected rank
+      absl::StatusOr<std::shared_ptr<service::JobState>> job =
+          link.embedded->server().coordinator().jobs().Find(config.job);
+      if (!job.ok()) break;
+      idle_polls = (*job)->Summary().connected_ranks() == 0 ? idle_polls + 1 : 0;
+      usleep(200 * 1000);
     }
   }
-  return due;
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -212,6 +255,18 @@ absl::Status RunTraining(const TrainerConfig& config, const DistEnv& env,
   }
   absl::StatusOr<core::Boundaries> boundaries = StartingBoundaries(config);
   if (!boundaries.ok()) return boundaries.status();
+  // --load_dir: every rank checks the checkpoint before it connects, so a
+  // missing or foreign one stops every rank with the same error.
+  std::optional<FoundCheckpoint> resume;
+  if (!config.load_dir.empty()) {
+    absl::StatusOr<FoundCheckpoint> found = FindLatestCheckpoint(config.load_dir);
+    if (!found.ok()) return found.status();
+    if (absl::Status s = CheckResumable(found->manifest, config); !s.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("--load_dir: ", found->dir, ": ", s.message()));
+    }
+    resume = *std::move(found);
+  }
 
   absl::StatusOr<std::unique_ptr<Transport>> transport = ConnectGlooTransport(
       env, TransportOptions{config.dp, config.timeout_s});
@@ -220,12 +275,35 @@ absl::Status RunTraining(const TrainerConfig& config, const DistEnv& env,
   const RankPosition pos = PositionOfRank(env.rank, config.dp);
   PipelineStage stage(config, *boundaries, pos.stage, pos.dp_rank,
                       transport->get(), corpus->get());
+  if (resume) {
+    absl::StatusOr<std::vector<OwnedLayer>> loaded = LoadStageLayers(
+        resume->dir, config, stage.first_layer(),
+        stage.first_layer() + stage.num_local_layers());
+    if (!loaded.ok()) return loaded.status();
+    stage.layers() = *std::move(loaded);
+    if (env.rank == 0) {
+      std::cout << "dynmo-train: resumed from " << resume->dir << " (saved at pp "
+                << resume->manifest.saved_pp << " x dp " << resume->manifest.saved_dp
+                << "), iteration " << resume->manifest.iteration << std::endl;
+    }
+  }
+  const int64_t first_iter = resume ? resume->manifest.iteration : 0;
+  const int64_t memory_capacity = config.memory_capacity_bytes > 0
+                                      ? config.memory_capacity_bytes
+                                      : DefaultMemoryCapacityBytes();
 
   const int num_layers = config.model.num_pipeline_layers();
   const double tokens_per_iteration = static_cast<double>(config.dp) *
                                       config.microbatches * config.micro_batch *
                                       config.model.seq_len;
-  const bool last_stage = pos.stage == config.pp - 1;
+  // The running layout: re-packing may leave fewer stages (active_stages
+  // are original stage ids) and renumbers the ranks over them.
+  StageLayout layout = InitialLayout(config.pp, *boundaries);
+  bool test_list_releases = false;
+  for (const std::vector<int>& stages : config.test_migration_stages) {
+    test_list_releases = test_list_releases ||
+                         (!stages.empty() && static_cast<int>(stages.size()) < config.pp);
+  }
   std::vector<core::LayerCost> layer_costs(num_layers);
   for (int l = 0; l < num_layers; ++l) {
     layer_costs[l].id = l;
@@ -239,62 +317,99 @@ absl::Status RunTraining(const TrainerConfig& config, const DistEnv& env,
     return s;
   }
   int64_t epoch = 0;
-  for (int64_t iter = 0; iter < config.steps; ++iter) {
+  for (int64_t iter = first_iter; iter < config.steps; ++iter) {
     const auto start = std::chrono::steady_clock::now();
-    if (config.test_migrate_every > 0 && iter > 0 &&
-        iter % config.test_migrate_every == 0) {
-      const auto& targets = config.test_migration_targets;
-      const core::Boundaries& next =
-          targets[(iter / config.test_migrate_every - 1) % targets.size()];
-      absl::StatusOr<core::MigrationPlan> plan =
-          core::PlanMigrationBetween(layer_costs, *boundaries, next);
-      if (!plan.ok()) return plan.status();
-      if (absl::Status s = stage.ApplyMigration(*plan, next); !s.ok()) return s;
-      *boundaries = next;
+    const int64_t test_index = config.test_migrate_every > 0 && iter > 0 &&
+                                       iter % config.test_migrate_every == 0
+                                   ? iter / config.test_migrate_every - 1
+                                   : -1;
+    const auto& targets = config.test_migration_targets;
+    if (test_index >= 0 &&
+        (!test_list_releases || test_index < static_cast<int64_t>(targets.size()))) {
+      // A list that releases stages is walked once; others cycle.
+      const size_t k = static_cast<size_t>(test_index) % targets.size();
+      LayoutTarget target;
+      target.boundaries = targets[k];
+      if (!config.test_migration_stages.empty()) {
+        target.active_stages = config.test_migration_stages[k];
+      }
+      absl::StatusOr<RepackStep> step = PlanRepackStep(
+          layout, ResolveTarget(layout, target), num_layers, config.dp);
+      if (!step.ok()) return step.status();
+      if (absl::Status s = ApplyLayoutStep(*step, layer_costs, stage, &*transport);
+          !s.ok()) {
+        return s;
+      }
+      layout = step->to;
+      *boundaries = layout.boundaries;
       ++epoch;
+      if (*transport == nullptr) {
+        return LeaveReleased(config, env, pos.stage, iter, "the test policy", link);
+      }
     }
     if (link.agent != nullptr) {
-      absl::StatusOr<std::optional<dynmo::v1::Plan>> plan = AgreeOnPlan(
-          *link.agent, **transport, iter, config.pp, num_layers);
-      if (!plan.ok()) return plan.status();
-      if (plan->has_value()) {
-        const dynmo::v1::Plan& p = **plan;
-        core::Boundaries next(p.boundaries().begin(), p.boundaries().end());
-        absl::StatusOr<core::MigrationPlan> moves =
-            core::PlanMigrationBetween(layer_costs, *boundaries, next);
-        if (!moves.ok()) {
-          (void)link.agent->Acknowledge(p.epoch(), false,
-                                        std::string(moves.status().message()));
-        } else {
-          if (absl::Status s = stage.ApplyMigration(*moves, next); !s.ok()) {
-            (void)link.agent->Acknowledge(p.epoch(), false, std::string(s.message()));
-            return s;
+      absl::StatusOr<std::optional<AgreedPlan>> agreed = AgreeOnPlan(
+          *link.agent, **transport, iter, layout, num_layers, config.dp);
+      if (!agreed.ok()) return agreed.status();
+      if (agreed->has_value()) {
+        const dynmo::v1::Plan& p = (*agreed)->plan;
+        const RepackStep& step = (*agreed)->step;
+        const bool was_rank0 = (*transport)->rank() == 0;
+        if (absl::Status s = ApplyLayoutStep(step, layer_costs, stage, &*transport);
+            !s.ok()) {
+          (void)link.agent->Acknowledge(p.epoch(), false, std::string(s.message()));
+          return s;
+        }
+        const bool is_rank0 = *transport != nullptr && (*transport)->rank() == 0;
+        if (was_rank0 || (step.releases() && is_rank0)) {
+          std::cout << "dynmo-train: iteration " << iter << ": applied plan epoch "
+                    << p.epoch() << " (" << p.reason() << "), boundaries "
+                    << absl::StrJoin(*boundaries, ",") << " -> "
+                    << absl::StrJoin(step.to.boundaries, ",");
+          if (step.releases()) {
+            std::cout << ", stages " << absl::StrJoin(step.from.active_stages, ",")
+                      << " -> " << absl::StrJoin(step.to.active_stages, ",")
+                      << " (re-packed: released "
+                      << absl::StrJoin(p.released_stages(), ",") << ")";
           }
-          if (env.rank == 0) {
-            std::cout << "dynmo-train: iteration " << iter << ": applied plan epoch "
-                      << p.epoch() << " (" << p.reason() << "), boundaries "
-                      << absl::StrJoin(*boundaries, ",") << " -> "
-                      << absl::StrJoin(next, ",") << std::endl;
-          }
-          *boundaries = next;
-          epoch = static_cast<int64_t>(p.epoch());
-          (void)link.agent->Acknowledge(p.epoch(), true);
+          std::cout << std::endl;
+        }
+        layout = step.to;
+        *boundaries = layout.boundaries;
+        epoch = static_cast<int64_t>(p.epoch());
+        (void)link.agent->Acknowledge(p.epoch(), true);
+        if (*transport == nullptr) {
+          return LeaveReleased(config, env, pos.stage, iter,
+                               absl::StrCat("plan epoch ", p.epoch()), link);
         }
       }
     }
+    // Where this rank runs now (re-packing renumbers the survivors).
+    const int active_pp = static_cast<int>(layout.active_stages.size());
+    const int my_stage = (*transport)->rank() / config.dp;
+    const bool last_stage = my_stage == active_pp - 1;
+    const bool rank0 = (*transport)->rank() == 0;
     StageIterationStats stats;
     if (absl::Status s = stage.RunIteration(iter, &stats); !s.ok()) return s;
+    const bool model_changed = stage.TakeModelChanged();
 
     // [mean loss of this replica, forward time per layer, backward time per
-    // layer], summed over the world: each layer has dp owners, each replica
-    // one last stage, so dividing by dp gives replica means.
-    torch::Tensor summary = torch::zeros({1 + 2 * num_layers}, torch::kDouble);
+    // layer, resident bytes per layer, memory used per stage], summed over
+    // the world: each layer has dp owners, each replica one last stage, so
+    // dividing by dp gives replica means.
+    const int memory_at = 1 + 3 * num_layers;  // per-stage memory
+    torch::Tensor summary = torch::zeros({memory_at + active_pp}, torch::kDouble);
     auto values = summary.accessor<double, 1>();
     if (last_stage) values[0] = stats.loss_sum / config.microbatches;
+    int64_t memory_used = stats.peak_stash_bytes;  // stage_memory.h
     for (int i = 0; i < stage.num_local_layers(); ++i) {
       values[1 + stage.first_layer() + i] = stats.forward_s[i];
       values[1 + num_layers + stage.first_layer() + i] = stats.backward_s[i];
+      const int64_t resident = LayerResidentBytes(stage.layers()[i]);
+      values[1 + 2 * num_layers + stage.first_layer() + i] = static_cast<double>(resident);
+      memory_used += resident;
     }
+    values[memory_at + my_stage] = static_cast<double>(memory_used);
     if (link.agent != nullptr) {
       // Per micro-batch, as the coordinator's cost model expects.
       agent::IterationSample sample;
@@ -307,13 +422,31 @@ absl::Status RunTraining(const TrainerConfig& config, const DistEnv& env,
                              config.model.seq_len * config.model.hidden;
         sample.layers.push_back(c);
       }
+      sample.model_changed = model_changed;
+      sample.memory_used_bytes = memory_used;
+      sample.memory_capacity_bytes = memory_capacity;
       // Never blocks; a rejected sample only costs the coordinator data.
       (void)link.agent->ReportIteration(sample);
     }
     if (absl::Status s = (*transport)->AllReduceSumWorld(summary); !s.ok()) return s;
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (env.rank != 0) continue;
+    if (!config.save_dir.empty() &&
+        (config.save_every > 0 ? (iter + 1) % config.save_every == 0
+                               : iter + 1 == config.steps)) {
+      // Outside the iteration's time; the checkpoint's k = iterations done.
+      const std::string dir = CheckpointDir(config.save_dir, iter + 1);
+      CheckpointManifest manifest = ManifestFor(config, iter + 1, *boundaries);
+      manifest.saved_pp = active_pp;  // after any re-packing
+      if (absl::Status s = SaveCheckpoint(**transport, dir, stage.layers(),
+                                          pos.dp_rank == 0,
+                                          rank0 ? &manifest : nullptr);
+          !s.ok()) {
+        return s;
+      }
+      if (rank0) std::cout << "dynmo-train: saved checkpoint " << dir << std::endl;
+    }
+    if (!rank0) continue;
 
     summary.div_(config.dp);
     IterationRecord record;
@@ -329,6 +462,14 @@ absl::Status RunTraining(const TrainerConfig& config, const DistEnv& env,
     record.stage_times_s =
         StageTimes(record.boundaries, record.layer_forward_s, record.layer_backward_s);
     record.epoch = epoch;
+    record.active_ranks = (*transport)->world_size();
+    for (int l = 0; l < num_layers; ++l) {
+      record.layer_memory_bytes.push_back(static_cast<int64_t>(values[1 + 2 * num_layers + l]));
+    }
+    for (int st = 0; st < active_pp; ++st) {
+      record.stage_memory_bytes.push_back(static_cast<int64_t>(values[memory_at + st]));
+    }
+    record.memory_capacity_bytes = memory_capacity;
     if (absl::Status s = on_iteration(record); !s.ok()) return s;
   }
   return (*transport)->Barrier();

@@ -39,9 +39,9 @@ std::string FormatProgressLine(absl::Span<const IterationRecord> window) {
   for (double t : stages) absl::StrAppendFormat(&stage_ms, " %.1f", t * 1e3);
   return absl::StrFormat(
       "iter %d | loss %.4f | %.0f tok/s | stages%s ms | imbalance %.2f | "
-      "epoch %d",
+      "epoch %d | ranks %d",
       window.back().iter, loss, tokens_per_s, stage_ms, core::Imbalance(stages),
-      window.back().epoch);
+      window.back().epoch, window.back().active_ranks);
 }
 
 std::string IterationJson(const IterationRecord& r) {
@@ -52,17 +52,22 @@ std::string IterationJson(const IterationRecord& r) {
   j["stage_times"] = r.stage_times_s;
   j["boundaries"] = r.boundaries;
   j["epoch"] = r.epoch;
+  j["active_ranks"] = r.active_ranks;
   j["iteration_s"] = r.iteration_s;
   j["layer_forward_s"] = r.layer_forward_s;
   j["layer_backward_s"] = r.layer_backward_s;
+  j["stage_memory_bytes"] = r.stage_memory_bytes;
+  j["layer_memory_bytes"] = r.layer_memory_bytes;
+  j["memory_capacity_bytes"] = r.memory_capacity_bytes;
   return j.dump();
 }
 
-JsonLogWriter::JsonLogWriter(std::string path)
-    : path_(std::move(path)), out_(path_, std::ios::trunc) {}
+JsonLogWriter::JsonLogWriter(std::string path, bool append)
+    : path_(std::move(path)), out_(path_, append ? std::ios::app : std::ios::trunc) {}
 
-absl::StatusOr<JsonLogWriter> JsonLogWriter::Open(const std::string& path) {
-  JsonLogWriter writer(path);
+absl::StatusOr<JsonLogWriter> JsonLogWriter::Open(const std::string& path,
+                                                  bool append) {
+  JsonLogWriter writer(path, append);
   if (!writer.out_) {
     return absl::InvalidArgumentError(
         absl::StrCat("--log_json: cannot open ", path, " for writing"));

@@ -28,6 +28,14 @@ struct IterationRecord {
   std::vector<double> stage_times_s;
   core::Boundaries boundaries;
   int64_t epoch = 0;  // plan epoch the iteration ran under
+  int active_ranks = 0;  // ranks running the job (pp x dp after re-packing)
+  // Memory (stage_memory.h), mean over dp replicas: per pipeline layer its
+  // resident bytes (parameters, buffers, gradients, AdamW state), per stage
+  // the memory used by one of its ranks (those layers + peak stashed
+  // activations), and one rank's capacity.
+  std::vector<int64_t> layer_memory_bytes;
+  std::vector<int64_t> stage_memory_bytes;
+  int64_t memory_capacity_bytes = 0;
 };
 
 // Sums each stage's layer times under `b` into stage_times_s.
@@ -36,22 +44,24 @@ std::vector<double> StageTimes(absl::Span<const int> b,
                                absl::Span<const double> layer_backward_s);
 
 // "iter 10 | loss 3.2101 | 5123 tok/s | stages 12.1 11.8 ms | imbalance 0.03
-//  | epoch 0", imbalance being the paper's (max - min) / mean for a window of iterations (averages over the window).
+//  | epoch 0 | ranks 4", imbalance being the paper's (max - min) / mean for a window of iterations (averages over the window).
 std::string FormatProgressLine(absl::Span<const IterationRecord> window);
 
 // One line of JSON: iter, loss, tokens_per_s, stage_times (seconds),
-// boundaries, epoch, plus iteration_s and per-layer times.
+// boundaries, epoch, active_ranks, plus iteration_s and per-layer times.
 std::string IterationJson(const IterationRecord& record);
 
 // Appends IterationJson lines to a file, flushing each.
 class JsonLogWriter {
  public:
-  // Truncates `path`. Errors: cannot open for writing.
-  static absl::StatusOr<JsonLogWriter> Open(const std::string& path);
+  // Truncates `path` (appends to it with `append`: a rank that becomes
+  // rank 0 after a re-pack continues the log). Errors: cannot open for writing.
+  static absl::StatusOr<JsonLogWriter> Open(const std::string& path,
+                                            bool append = false);
   absl::Status Write(const IterationRecord& record);
 
  private:
-  explicit JsonLogWriter(std::string path);
+  JsonLogWriter(std::string path, bool append);
   std::string path_;
   std::ofstream out_;
 };

@@ -15,6 +15,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -50,8 +51,22 @@ class Transport {
   // Sums `tensor` in place over every rank of the job.
   virtual absl::Status AllReduceSumWorld(at::Tensor& tensor) = 0;
   virtual absl::Status Barrier() = 0;
+  // Gathers `tensor` from every rank of the job, in rank order, into `out`
+  // (world_size tensors). Every rank must pass the same shape and dtype;
+  // variable_all_gather.h builds variable-sized gathers on top.
+  virtual absl::Status AllGatherWorld(const at::Tensor& tensor,
+                                      std::vector<at::Tensor>& out) = 0;
   // "gloo" or "nccl".
   virtual std::string backend() const = 0;
+  // Elastic re-packing. A collective over every rank of this transport:
+  // `new_rank[r]` is rank r's rank among the survivors, or -1 when r leaves
+  // (dp replicas stay adjacent, so survivors form whole dp groups). Builds
+  // new groups over the survivors (a new store namespace; with NCCL, new
+  // communicators: c10d's counterpart of ncclCommSplit) and waits until all
+  // of them connected. Survivors get the new transport; a leaving rank gets
+  // nullptr. This transport must not be used afterwards.
+  virtual absl::StatusOr<std::unique_ptr<Transport>> Shrink(
+      absl::Span<const int> new_rank) = 0;
 };
 
 struct TransportOptions {
@@ -65,6 +80,12 @@ struct TransportOptions {
 // device binds the interface named by GLOO_SOCKET_IFNAME when set, loopback
 // when MASTER_ADDR is loopback, else this host's address.
 absl::StatusOr<std::unique_ptr<Transport>> ConnectGlooTransport(
+    const DistEnv& env, const TransportOptions& options);
+
+// The same over NCCL on GPU LOCAL_RANK (tensors are copied to the GPU and
+// back around each operation). Only in builds against a CUDA LibTorch with
+// NCCL (CMake option DYNMO_WITH_NCCL); elsewhere it returns UNIMPLEMENTED.
+absl::StatusOr<std::unique_ptr<Transport>> ConnectNcclTransport(
     const DistEnv& env, const TransportOptions& options);
 
 }  // namespace dynmo::trainer

@@ -98,6 +98,20 @@ TEST(ConfigTest, TestMigrationPolicyNeedsValidTargets) {
   EXPECT_TRUE(ValidateConfig(c, 2).ok());
 }
 
+TEST(ConfigTest, TestMigrationTargetsMayReleaseStagesButNeverReviveThem) {
+  TrainerConfig c = Tiny();
+  c.pp = 4;
+  c.test_migrate_every = 2;
+  c.test_migration_targets = {{0, 3, 6}, {0, 2, 6}};
+  c.test_migration_stages = {{1, 2}, {}};  // then the same two stages
+  EXPECT_TRUE(ValidateConfig(c, 4).ok()) << ValidateConfig(c, 4);
+  c.test_migration_targets = {{0, 3, 6}, {0, 6}};
+  EXPECT_THAT(ValidateConfig(c, 4).message(), HasSubstr("entry 0,6"));
+  c.test_migration_targets = {{0, 3, 6}, {0, 3, 6}};
+  c.test_migration_stages = {{1, 2}, {0, 1}};
+  EXPECT_THAT(ValidateConfig(c, 4).message(), HasSubstr("not a subsequence"));
+}
+
 TEST(ConfigTest, ParseBoundariesReadsCommaSeparatedIntegers) {
   EXPECT_EQ(*ParseBoundaries("0,3,6"), (core::Boundaries{0, 3, 6}));
   EXPECT_FALSE(ParseBoundaries("0,x,6").ok());

@@ -96,6 +96,22 @@ TEST(DynmoTrainAgentTest, BadCoordinatorFlagIsAOneLineError) {
   EXPECT_THAT(r.logs[0], HasSubstr("--coordinator must be embedded, none or HOST:PORT"));
 }
 
+TEST(DynmoTrainAgentTest, UnreachableCoordinatorIsAClearErrorAtStartUp) {
+  const std::string address = absl::StrCat("127.0.0.1:", FreePort());  // nobody listens
+  const auto start = std::chrono::steady_clock::now();
+  JobResult r = RunJob(0, SkewedJob({"--pp=1", "--initial_boundaries=", "--steps=2",
+                                     "--coordinator=" + address,
+                                     "--coordinator_connect_timeout_s=2"}),
+                       std::chrono::seconds(60));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_EQ(r.exit_codes, (std::vector<int>{1})) << r.AllLogs();
+  EXPECT_THAT(r.logs[0], HasSubstr("cannot reach the DynMo coordinator at " + address +
+                                   " within 2 s"));
+  EXPECT_TRUE(r.records.empty()) << "no iteration ran";
+  EXPECT_LT(seconds, 30);
+}
+
 TEST(DynmoTrainAgentTest, RejectedPolicyIsAnError) {
   JobResult r = RunJob(0, SkewedJob({"--pp=1", "--initial_boundaries=", "--steps=2",
                                      "--coordinator=embedded", "--trigger=sometimes"}),

@@ -163,6 +163,21 @@ TEST(DynmoTrainTest, AKilledRankStopsItsPeersWithAClearError) {
   EXPECT_LT(seconds, 45) << run.AllLogs();
 }
 
+TEST(DynmoTrainTest, ARankThatDiesDuringRendezvousStopsRankZeroWithinTheTimeout) {
+  const auto start = std::chrono::steady_clock::now();
+  // Rank 1 is killed at once: in the store rendezvous or Gloo's full-mesh
+  // connect, depending on how far it got.
+  JobResult run = RunJob(2, TinyModel({"--pp=2", "--timeout_s=5"}),
+                         std::chrono::seconds(90), /*kill_rank=*/1,
+                         /*kill_after_iters=*/0);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(run.exit_codes[1], 128 + SIGKILL);
+  EXPECT_EQ(run.exit_codes[0], 1) << run.AllLogs();
+  EXPECT_THAT(run.logs[0], HasSubstr("dynmo-train: error: rank 0 connecting"));
+  EXPECT_LT(seconds, 40) << run.AllLogs();
+}
+
 // Runs one process with `flags` and returns (exit code, output).
 std::pair<int, std::string> RunBad(int world, std::vector<std::string> flags) {
   JobResult r = RunJob(world, flags, std::chrono::seconds(60));

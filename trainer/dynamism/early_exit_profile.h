@@ -1,0 +1,45 @@
+// Early exit, the stage side: detects that the exit profile moved, so the
+// coordinator rebalances (the layer side is early_exit.h).
+//
+// After every iteration each rank takes its exit points' counters (tokens
+// that reached the point, tokens that left there) and all-reduces them over
+// the world (every rank takes part), so every rank holds the same job-wide
+// profile: the fraction of tokens still in flight after each exit point.
+// When some point's fraction moved by at least --exit_event_delta since the
+// last event (the first event compares with "every token in flight"), the
+// iteration just run is reported as "model changed": its measured costs are
+// already those of the new profile, which is what the on-event trigger
+// decides on. Rank 0 prints the profile at each event.
+//
+// Not thread-safe: the rank's training thread calls the hooks.
+#ifndef DYNMO_TRAINER_DYNAMISM_EARLY_EXIT_PROFILE_H_
+#define DYNMO_TRAINER_DYNAMISM_EARLY_EXIT_PROFILE_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "trainer/dynamism/dynamism.h"
+
+namespace dynmo::trainer {
+
+class EarlyExitProfile : public Dynamism {
+ public:
+  explicit EarlyExitProfile(const TrainerConfig& config);
+  const char* name() const override { return "early-exit"; }
+  absl::Status AfterStep(int64_t iter, StageView& stage) override;
+  bool TakeModelChanged() override;
+  // Per pipeline layer: the fraction of tokens in flight after it at the
+  // last event (1 for layers without an exit point).
+  const std::vector<double>& reported() const { return reported_; }
+
+ private:
+  int num_layers_;
+  double event_delta_;
+  double tokens_per_iteration_;  // job-wide: dp · M · B · T
+  std::vector<double> reported_;
+  bool changed_ = false;
+};
+
+}  // namespace dynmo::trainer
+
+#endif  // DYNMO_TRAINER_DYNAMISM_EARLY_EXIT_PROFILE_H_

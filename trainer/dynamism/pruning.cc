@@ -1,0 +1,100 @@
+#include "trainer/dynamism/pruning.h"
+
+#include <cmath>
+#include <iostream>
+#include <sstream>
+
+#include "absl/strings/str_format.h"
+#include "trainer/dynamism/global_magnitude_threshold.h"
+
+namespace dynmo::trainer {
+
+std::vector<PrunableLinear> PrunableLinears(PipelineLayer& layer) {
+  std::vector<PrunableLinear> out;
+  for (const std::shared_ptr<torch::nn::Module>& m : layer.modules(/*include_self=*/false)) {
+    auto p = std::dynamic_pointer_cast<PrunableLinearImpl>(m);
+    if (p != nullptr && p->prunable()) out.emplace_back(p);
+  }
+  return out;
+}
+
+absl::StatusOr<GlobalPruneResult> PruneGlobally(StageView& stage, double sparsity,
+                                                double csr_min_sparsity) {
+  GlobalPruneResult r;
+  r.target_sparsity = sparsity;
+  const bool contributes = stage.dp_rank == 0;
+  std::vector<torch::Tensor> magnitudes;
+  torch::Tensor counts = torch::zeros({2}, torch::kLong);  // [prunable, stored]
+  for (OwnedLayer& owned : stage.layers) {
+    for (PrunableLinear& p : PrunableLinears(*owned.layer)) {
+      if (!contributes) continue;
+      counts[0] += p->dense_size();
+      torch::Tensor m = p->StoredMagnitudes();
+      counts[1] += m.numel();
+      magnitudes.push_back(m);
+    }
+  }
+  if (absl::Status s = stage.transport.AllReduceSumWorld(counts); !s.ok()) return s;
+  r.prunable = counts[0].item<int64_t>();
+  const int64_t stored = counts[1].item<int64_t>();
+  r.keep = std::llround(static_cast<double>(r.prunable) * (1.0 - sparsity));
+  if (r.keep >= stored) return r;  // already as sparse as the schedule asks
+  const torch::Tensor local = magnitudes.empty() ? torch::empty({0}, torch::kFloat)
+                                                 : torch::cat(magnitudes);
+  absl::StatusOr<GlobalThresholdResult> t =
+      GlobalKeepThreshold(stage.transport, local, r.keep);
+  if (!t.ok()) return t.status();
+  r.threshold = t->threshold;
+  r.changed = true;
+  for (OwnedLayer& owned : stage.layers) {
+    for (PrunableLinear& p : PrunableLinears(*owned.layer)) {
+      absl::StatusOr<int64_t> n = p->PruneBelow(r.threshold, csr_min_sparsity, *owned.optimizer);
+      if (!n.ok()) return n.status();
+      r.pruned_here += *n;
+    }
+  }
+  return r;
+}
+
+absl::Status GradualPruning::BeforeIteration(int64_t iter, StageView& stage) {
+  const int64_t t = iter - 1;  // the schedule point whose step just finished
+  if (!IsPruningStep(config_, t)) return absl::OkStatus();
+  absl::StatusOr<GlobalPruneResult> r =
+      PruneGlobally(stage, TargetSparsity(config_, t), config_.csr_min_sparsity);
+  if (!r.ok()) return r.status();
+  changed_ = changed_ || r->changed;
+  if (r->changed && stage.dp_rank == 0) {
+    // One line per stage: what its blocks look like now.
+    std::ostringstream layers;
+    for (OwnedLayer& owned : stage.layers) {
+      std::vector<PrunableLinear> linears = PrunableLinears(*owned.layer);
+      if (linears.empty()) continue;
+      int64_t nnz = 0, dense = 0, csr = 0;
+      for (PrunableLinear& p : linears) {
+        nnz += p->nnz();
+        dense += p->dense_size();
+        csr += p->form() == PrunableLinearImpl::Form::kCsr ? 1 : 0;
+      }
+      layers << absl::StrFormat(" %d:%.2f%s", owned.layer->id(),
+                                1.0 - static_cast<double>(nnz) / static_cast<double>(dense),
+                                csr == static_cast<int64_t>(linears.size()) ? "c"
+                                : csr > 0                                  ? "p"
+                                                                           : "");
+    }
+    std::cout << absl::StrFormat(
+                     "dynmo-train: iteration %d: pruned stage %d to global sparsity "
+                     "%.3f (threshold %.4g, keep %d of %d); block sparsity:%s",
+                     t, stage.stage, r->target_sparsity, r->threshold, r->keep,
+                     r->prunable, layers.str())
+              << std::endl;
+  }
+  return absl::OkStatus();
+}
+
+bool GradualPruning::TakeModelChanged() {
+  const bool changed = changed_;
+  changed_ = false;
+  return changed;
+}
+
+}  // namespace dynmo::trainer

@@ -1,0 +1,156 @@
+#include "trainer/prunable_linear.h"
+
+#include "absl/strings/str_cat.h"
+#include "trainer/adamw_state_select.h"
+
+namespace dynmo::trainer {
+
+PrunableLinearImpl::PrunableLinearImpl(int64_t in, int64_t out, bool prunable)
+    : in_(in), out_(out), prunable_(prunable) {
+  // Draw the initial values exactly as torch::nn::Linear does.
+  torch::nn::Linear init(in, out);
+  weight = register_parameter("weight", init->weight.detach());
+  bias = register_parameter("bias", init->bias.detach());
+  if (prunable_) {
+    mask_ = register_buffer("mask", torch::empty({0}, torch::kBool));
+    row_ptr_ = register_buffer("row_ptr", torch::empty({0}, torch::kInt));
+    col_idx_ = register_buffer("col_idx", torch::empty({0}, torch::kInt));
+  }
+}
+
+PrunableLinearImpl::Form PrunableLinearImpl::form() const {
+  if (weight.dim() == 1) return Form::kCsr;
+  if (mask_.defined() && mask_.numel() > 0) return Form::kMasked;
+  return Form::kDense;
+}
+
+int64_t PrunableLinearImpl::nnz() const {
+  switch (form()) {
+    case Form::kCsr:
+      return weight.numel();
+    case Form::kMasked:
+      return mask_.sum().item<int64_t>();
+    case Form::kDense:
+      break;
+  }
+  return dense_size();
+}
+
+double PrunableLinearImpl::sparsity() const {
+  return 1.0 - static_cast<double>(nnz()) / static_cast<double>(dense_size());
+}
+
+torch::Tensor PrunableLinearImpl::StoredMagnitudes() const {
+  torch::NoGradGuard no_grad;
+  switch (form()) {
+    case Form::kCsr:
+      return weight.abs().contiguous();
+    case Form::kMasked:
+      return weight.abs().masked_select(mask_);
+    case Form::kDense:
+      break;
+  }
+  return weight.abs().reshape({-1}).contiguous();
+}
+
+const c10::intrusive_ptr<CsrWeight>& PrunableLinearImpl::Csr() {
+  if (!csr_ || csr_row_ptr_data_ != row_ptr_.data_ptr() ||
+      csr_col_idx_data_ != col_idx_.data_ptr() || csr_->matrix.nnz() != weight.numel()) {
+    absl::StatusOr<c10::intrusive_ptr<CsrWeight>> m =
+        MakeCsrWeight(out_, in_, row_ptr_, col_idx_);
+    TORCH_CHECK(m.ok(), "PrunableLinear: ", m.status().ToString());
+    csr_ = *std::move(m);
+    csr_row_ptr_data_ = row_ptr_.data_ptr();
+    csr_col_idx_data_ = col_idx_.data_ptr();
+  }
+  return csr_;
+}
+
+torch::Tensor PrunableLinearImpl::forward(const torch::Tensor& x) {
+  switch (form()) {
+    case Form::kCsr:
+      return CsrLinear(x, weight, bias, Csr());
+    case Form::kMasked:
+      return torch::linear(x, weight * mask_, bias);
+    case Form::kDense:
+      break;
+  }
+  return torch::linear(x, weight, bias);
+}
+
+torch::Tensor PrunableLinearImpl::DenseWeight() const {
+  torch::NoGradGuard no_grad;
+  switch (form()) {
+    case Form::kCsr: {
+      torch::Tensor dense = torch::zeros({out_, in_}, torch::kFloat);
+      const torch::Tensor counts = (row_ptr_.narrow(0, 1, out_) - row_ptr_.narrow(0, 0, out_))
+                                       .to(torch::kLong);
+      const torch::Tensor rows =
+          torch::repeat_interleave(torch::arange(out_, torch::kLong), counts);
+      dense.index_put_({rows, col_idx_.to(torch::kLong)}, weight.detach());
+      return dense;
+    }
+    case Form::kMasked:
+      return (weight * mask_).detach().clone();
+    case Form::kDense:
+      break;
+  }
+  return weight.detach().clone();
+}
+
+void PrunableLinearImpl::SetCsr(const torch::Tensor& values, const torch::Tensor& rows,
+                                const torch::Tensor& cols) {
+  // `rows` is non-decreasing (entries in row-major order): counts per row.
+  const torch::Tensor counts = torch::bincount(rows, {}, out_);
+  torch::Tensor row_ptr = torch::zeros({out_ + 1}, torch::kLong);
+  row_ptr.narrow(0, 1, out_).copy_(counts.cumsum(0));
+  weight.set_data(values.contiguous());
+  row_ptr_.set_data(row_ptr.to(torch::kInt));
+  col_idx_.set_data(cols.to(torch::kInt).contiguous());
+  mask_.set_data(torch::empty({0}, torch::kBool));
+  csr_.reset();
+}
+
+absl::StatusOr<int64_t> PrunableLinearImpl::PruneBelow(float threshold,
+                                                       double csr_min_sparsity,
+                                                       torch::optim::AdamW& optimizer) {
+  if (!prunable_) {
+    return absl::FailedPreconditionError(
+        "PruneBelow on a linear layer built without pruning");
+  }
+  torch::NoGradGuard no_grad;
+  const int64_t before = nnz();
+  if (form() == Form::kCsr) {
+    const torch::Tensor keep = weight.abs().ge(threshold);
+    const int64_t kept = keep.sum().item<int64_t>();
+    if (kept == before) return 0;
+    const torch::Tensor idx = keep.nonzero().reshape({-1});
+    const torch::Tensor counts =
+        (row_ptr_.narrow(0, 1, out_) - row_ptr_.narrow(0, 0, out_)).to(torch::kLong);
+    const torch::Tensor rows =
+        torch::repeat_interleave(torch::arange(out_, torch::kLong), counts);
+    SelectAdamWState(optimizer, weight, idx);
+    SetCsr(weight.index_select(0, idx), rows.index_select(0, idx),
+           col_idx_.index_select(0, idx));
+  } else {
+    torch::Tensor keep = weight.abs().ge(threshold);
+    if (form() == Form::kMasked) keep.logical_and_(mask_);
+    const int64_t kept = keep.sum().item<int64_t>();
+    if (kept == before) return 0;
+    const double sparsity = 1.0 - static_cast<double>(kept) / static_cast<double>(dense_size());
+    if (sparsity >= csr_min_sparsity) {
+      const torch::Tensor idx = keep.reshape({-1}).nonzero().reshape({-1});
+      SelectAdamWState(optimizer, weight, idx);
+      SetCsr(weight.reshape({-1}).index_select(0, idx), idx.div(in_, "floor"),
+             idx.remainder(in_));
+    } else {
+      weight.masked_fill_(keep.logical_not(), 0);
+      MaskAdamWState(optimizer, weight, keep);
+      mask_.set_data(keep);
+    }
+  }
+  weight.mutable_grad() = torch::Tensor();  // the next iteration starts fresh
+  return before - nnz();
+}
+
+}  // namespace dynmo::trainer

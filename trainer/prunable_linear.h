@@ -1,0 +1,92 @@
+// PrunableLinear: a linear layer y = x·Wᵀ + b that gradual magnitude pruning
+// can thin out while training, in one of three forms:
+//
+//   dense   W [out, in] as a dense parameter: exactly torch::nn::Linear
+//           (same init draws, same names, same kernels), so a job without
+//           --dynamism=pruning computes bit-identically to before.
+//   masked  pruned, but below csr_min_sparsity: W stays dense, a bool
+//           `mask` buffer [out, in] marks the survivors and the forward uses
+//           W ⊙ mask (a dense GEMM is faster than CSR at low sparsity).
+//   csr     at or above csr_min_sparsity: the "weight" parameter holds only
+//           the nnz surviving values [nnz], with int32 buffers `row_ptr`
+//           [out + 1] and `col_idx` [nnz]; forward and backward run the CSR
+//           kernels (csr_linear.h), so the layer's work is ∝ nnz.
+//
+// The names never change ("weight", "bias", "mask", "row_ptr", "col_idx";
+// the last three only exist when `prunable`), only the shapes, and the form
+// follows from the shapes alone. So a layer's state (layer_state.h) carries
+// a pruned layer as it is — live migration and checkpoints restore it onto
+// a fresh dense module by Tensor::set_data, no metadata needed — and the
+// AdamW state of "weight" keeps its key. Pruning only ever removes weights.
+//
+// Not thread-safe; one rank's thread owns its layers.
+#ifndef DYNMO_TRAINER_PRUNABLE_LINEAR_H_
+#define DYNMO_TRAINER_PRUNABLE_LINEAR_H_
+
+#include <torch/torch.h>
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "trainer/csr_linear.h"
+
+namespace dynmo::trainer {
+
+class PrunableLinearImpl : public torch::nn::Module {
+ public:
+  enum class Form { kDense, kMasked, kCsr };
+
+  // Initialised like torch::nn::Linear(in, out) from the global generator.
+  // `prunable` registers the mask / CSR buffers (empty while dense).
+  PrunableLinearImpl(int64_t in, int64_t out, bool prunable);
+
+  torch::Tensor forward(const torch::Tensor& x);
+
+  Form form() const;
+  bool prunable() const { return prunable_; }
+  int64_t in_features() const { return in_; }
+  int64_t out_features() const { return out_; }
+  // Weights in the dense matrix (out · in) and stored (unpruned) ones.
+  int64_t dense_size() const { return in_ * out_; }
+  int64_t nnz() const;
+  double sparsity() const;
+
+  // |w| of every stored weight, 1-D float (the candidates for pruning).
+  torch::Tensor StoredMagnitudes() const;
+
+  // Removes every stored weight with |w| < threshold and returns how many.
+  // Afterwards the layer is CSR if its sparsity >= csr_min_sparsity, else
+  // masked (or still dense if nothing was removed). `optimizer` owns
+  // "weight": its AdamW state follows (adamw_state_select.h). The gradient
+  // of "weight" is reset. FAILED_PRECONDITION unless prunable.
+  absl::StatusOr<int64_t> PruneBelow(float threshold, double csr_min_sparsity,
+                                     torch::optim::AdamW& optimizer);
+
+  // W as a dense [out, in] matrix, zeros where pruned (tests, checks).
+  torch::Tensor DenseWeight() const;
+
+  torch::Tensor weight;  // [out, in] (dense, masked) or [nnz] values (csr)
+  torch::Tensor bias;    // [out]
+
+ private:
+  // The kernels' matrix for the current pattern, rebuilt when stale.
+  const c10::intrusive_ptr<CsrWeight>& Csr();
+  // Sets the CSR form from surviving values and their row / column.
+  void SetCsr(const torch::Tensor& values, const torch::Tensor& rows,
+              const torch::Tensor& cols);
+
+  int64_t in_;
+  int64_t out_;
+  bool prunable_;
+  torch::Tensor mask_;     // bool [out, in] when masked, else empty
+  torch::Tensor row_ptr_;  // int32 [out + 1] when csr, else empty
+  torch::Tensor col_idx_;  // int32 [nnz] when csr, else empty
+  c10::intrusive_ptr<CsrWeight> csr_;
+  const void* csr_row_ptr_data_ = nullptr;  // what csr_ was built from
+  const void* csr_col_idx_data_ = nullptr;
+};
+TORCH_MODULE(PrunableLinear);
+
+}  // namespace dynmo::trainer
+
+#endif  // DYNMO_TRAINER_PRUNABLE_LINEAR_H_
