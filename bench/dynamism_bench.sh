@@ -9,7 +9,9 @@
 # measured bubble ratio, time in iterations that applied a plan beyond the
 # median). The static run also records its per-layer trace (--trace), which
 # dynmo-sim replays stretched to the paper's scale (48 layers, 24 stages,
-# 1F1B, 96 micro-batches) static vs dynamic (optimal balancer).
+# 1F1B, 96 micro-batches) static vs dynamic (optimal balancer, every 10
+# iterations: a structural imbalance such as MoD's never "drifts", so
+# on-change would never fire).
 #
 #   bash bench/dynamism_bench.sh [BIN_DIR] [CASE...]   # default: build/bin, all six
 # Outputs land in out/bench-dynamism/. Needs a quiet machine: both ranks
@@ -67,7 +69,7 @@ for c in "${CASES[@]}"; do
   static=$(python3 bench/dynamism_summary.py "$OUT/$c-static.jsonl" --skip 4)
   dynmo=$(python3 bench/dynamism_summary.py "$OUT/$c-dynmo.jsonl" --skip 4)
   sim=$("$BIN/dynmo-sim" --trace "$OUT/$c.trace.jsonl" --layers 48 --stages 24 \
-    --schedule 1f1b --microbatches 96 --balancer optimal --trigger on-change:0.05)
+    --schedule 1f1b --microbatches 96 --balancer optimal --trigger every:10)
   python3 - "$c" "$static" "$dynmo" "$sim" <<'PY'
 import json, sys
 case, static, dynmo, sim = sys.argv[1], *map(json.loads, sys.argv[2:])
