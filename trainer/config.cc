@@ -65,6 +65,10 @@ absl::Status ValidateConfig(const TrainerConfig& c, int world_size) {
         m.num_pipeline_layers(), " pipeline layers (--layers=", m.num_blocks,
         " blocks + embedding + head)"));
   }
+  if (c.backend != "gloo" && c.backend != "nccl") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--backend must be gloo or nccl, not '", c.backend, "'"));
+  }
   if (c.pp * c.dp != world_size) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--pp=", c.pp, " x --dp=", c.dp, " = ", c.pp * c.dp,

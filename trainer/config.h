@@ -56,6 +56,9 @@ struct TrainerConfig {
   int log_interval = 1;                 // iterations per progress line
   int intra_op_threads = 1;
   int timeout_s = 300;  // collective / point-to-point timeout
+  // The c10d backend behind the transport seam: "gloo" (CPU) or "nccl"
+  // (builds against a CUDA LibTorch with NCCL; elsewhere a clear error).
+  std::string backend = "gloo";
   // A test policy standing in for the coordinator: every
   // `test_migrate_every` iterations the job migrates to the next entry of
   // `test_migration_targets` (cycling). 0 disables it. Entry i may also name

@@ -106,6 +106,8 @@ ABSL_FLAG(double, exit_event_delta, 0.05,
           "early-exit: profile change (fraction of tokens in flight) reported as an event");
 ABSL_FLAG(int, exit_warmup_iters, 0,
           "early-exit: iterations before tokens may exit (exit heads train from the start)");
+ABSL_FLAG(std::string, backend, "gloo",
+          "c10d backend: gloo (CPU) or nccl (needs a CUDA LibTorch build with NCCL)");
 ABSL_FLAG(int, timeout_s, 300, "rendezvous and communication timeout, seconds");
 ABSL_FLAG(std::string, save_dir, "",
           "write per-layer checkpoints under DIR/iter_<k>/ (layer_<id>.state + manifest.json)");
@@ -153,6 +155,7 @@ absl::StatusOr<TrainerConfig> ConfigFromFlags() {
   c.log_interval = absl::GetFlag(FLAGS_log_interval);
   c.intra_op_threads = absl::GetFlag(FLAGS_intra_op_threads);
   c.timeout_s = absl::GetFlag(FLAGS_timeout_s);
+  c.backend = absl::GetFlag(FLAGS_backend);
   c.save_dir = absl::GetFlag(FLAGS_save_dir);
   c.save_every = absl::GetFlag(FLAGS_save_every);
   c.load_dir = absl::GetFlag(FLAGS_load_dir);

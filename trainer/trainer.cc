@@ -268,8 +268,10 @@ absl::Status RunTraining(const TrainerConfig& config, const DistEnv& env,
     resume = *std::move(found);
   }
 
-  absl::StatusOr<std::unique_ptr<Transport>> transport = ConnectGlooTransport(
-      env, TransportOptions{config.dp, config.timeout_s});
+  const TransportOptions transport_options{config.dp, config.timeout_s};
+  absl::StatusOr<std::unique_ptr<Transport>> transport =
+      config.backend == "nccl" ? ConnectNcclTransport(env, transport_options)
+                               : ConnectGlooTransport(env, transport_options);
   if (!transport.ok()) return transport.status();
 
   const RankPosition pos = PositionOfRank(env.rank, config.dp);

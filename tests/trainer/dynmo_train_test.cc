@@ -203,6 +203,11 @@ TEST(DynmoTrainTest, BadFlagsAndInconsistentConfigsGiveOneLineErrors) {
       {0, TinyModel({"--vocab=64"}), "but --vocab=64"},
       {0, TinyModel({"--data=/nonexistent/corpus.txt"}), "cannot open --data=/nonexistent/corpus.txt"},
       {0, TinyModel({"--steps=0"}), "--steps must be >= 1"},
+      {0, TinyModel({"--backend=mpi"}), "--backend must be gloo or nccl, not 'mpi'"},
+#ifndef DYNMO_TEST_EXPECTS_NCCL
+      // The CPU build has no NCCL: asking for it is a clear error, not a crash.
+      {0, TinyModel({"--backend=nccl"}), "built without NCCL"},
+#endif
       {0, TinyModel({"--test_migrate_every=2"}), "needs --test_migration_boundaries"},
       {2, TinyModel({"--pp=2", "--test_migrate_every=2", "--test_migration_boundaries=0,6"}),
        "--test_migration_boundaries entry 0,6"},
