@@ -8,7 +8,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   prometheus-cpp-dev prometheus openssl
   python3 python3-yaml
-  libtorch-dev libgloo-dev
+  libgloo-dev
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -12,7 +12,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+torch_args="$(bash scripts/cmake-torch-args.sh)"
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$torch_args" >/dev/null
 cmake --build build --target dynmo-launch dynmo-train
 mkdir -p out
 build/bin/dynmo-launch --nproc 4 -- build/bin/dynmo-train \

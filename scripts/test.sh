@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The test command: install what is missing, configure, build everything and
-# run every test under ctest. CI (.ci/run) runs exactly this.
+# The test command: install what is missing (Debian packages; PyPI's torch
+# 2.11 in a reused venv, scripts/install-torch.sh), configure, build
+# everything and run every test under ctest. CI (.ci/run) runs exactly this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
-cmake --build build
+torch_args="$(bash scripts/cmake-torch-args.sh)"
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$torch_args"
+cmake --build build -j "$(nproc)"
 ctest --test-dir build --output-on-failure -j "$(nproc)"

@@ -1,15 +1,11 @@
 #include "trainer/adamw_state_select.h"
 
-#include <string>
-
 namespace dynmo::trainer {
 
 torch::optim::AdamWParamState* FindAdamWState(torch::optim::AdamW& optimizer,
                                               const torch::Tensor& param) {
-  // libtorch keys a parameter's state by its TensorImpl's address, which
-  // Tensor::set_data keeps (layer_state.cc relies on the same).
   auto& state = optimizer.state();
-  auto it = state.find(c10::guts::to_string(param.unsafeGetTensorImpl()));
+  auto it = state.find(OptimizerStateKey(param));
   if (it == state.end()) return nullptr;
   return static_cast<torch::optim::AdamWParamState*>(it->second.get());
 }

@@ -28,6 +28,13 @@ bool SelectAdamWState(torch::optim::AdamW& optimizer, const torch::Tensor& param
 bool MaskAdamWState(torch::optim::AdamW& optimizer, const torch::Tensor& param,
                     const torch::Tensor& keep);
 
+// The optimizer's key for `param`'s state: libtorch keys parameter state by
+// the parameter's TensorImpl (a void* since PyTorch 2.x), which
+// Tensor::set_data keeps, so restoring a layer in place keeps its state.
+inline void* OptimizerStateKey(const torch::Tensor& param) {
+  return param.unsafeGetTensorImpl();
+}
+
 // The AdamW state of `param`, or nullptr when it has none yet.
 torch::optim::AdamWParamState* FindAdamWState(torch::optim::AdamW& optimizer,
                                               const torch::Tensor& param);

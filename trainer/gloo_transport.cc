@@ -43,7 +43,7 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectGlooTransport(
     backend->name = "gloo";
     backend->make_group = [gloo_options](c10::intrusive_ptr<c10d::Store> s, int rank,
                                          int size) {
-      return c10::intrusive_ptr<c10d::ProcessGroup>(
+      return c10::intrusive_ptr<c10d::Backend>(
           c10::make_intrusive<c10d::ProcessGroupGloo>(std::move(s), rank, size,
                                                       gloo_options));
     };

@@ -13,16 +13,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "trainer/adamw_state_select.h"
 
 namespace dynmo::trainer {
 namespace {
 
 constexpr char kMagic[8] = {'D', 'Y', 'N', 'M', 'O', 'L', 'S', '1'};
-
-// The optimizer's key for a parameter's state (libtorch's own convention).
-std::string StateKey(const torch::Tensor& p) {
-  return c10::guts::to_string(p.unsafeGetTensorImpl());
-}
 
 // The dtypes a layer may hold, by the name the header uses.
 const std::vector<std::pair<std::string, torch::ScalarType>>& DTypes() {
@@ -99,7 +95,7 @@ LayerState CaptureLayerState(const OwnedLayer& owned) {
   const auto& state = owned.optimizer->state();
   for (const auto& item : owned.layer->named_parameters()) {
     s.parameters.push_back({item.key(), Contiguous(item.value())});
-    auto it = state.find(StateKey(item.value()));
+    auto it = state.find(OptimizerStateKey(item.value()));
     if (it == state.end()) continue;
     const auto& p = static_cast<const torch::optim::AdamWParamState&>(*it->second);
     AdamWTensors a;
@@ -182,7 +178,7 @@ absl::StatusOr<OwnedLayer> RestoreLayerInto(OwnedLayer owned, const LayerState& 
     s->exp_avg(a.exp_avg);
     s->exp_avg_sq(a.exp_avg_sq);
     if (a.max_exp_avg_sq.defined()) s->max_exp_avg_sq(a.max_exp_avg_sq);
-    opt_state[StateKey(*p)] = std::move(s);
+    opt_state[OptimizerStateKey(*p)] = std::move(s);
   }
   return owned;
 }

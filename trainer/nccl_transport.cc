@@ -36,11 +36,16 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectNcclTransport(
                                     int size) {
       auto o = c10d::ProcessGroupNCCL::Options::create();
       o->timeout = timeout;
-      return c10::intrusive_ptr<c10d::ProcessGroup>(
+      return c10::intrusive_ptr<c10d::Backend>(
           c10::make_intrusive<c10d::ProcessGroupNCCL>(std::move(s), rank, size, o));
     };
-    backend->batch_begin = [] { c10d::ProcessGroupNCCL::groupStart(); };
-    backend->batch_end = [] { c10d::ProcessGroupNCCL::groupEnd(); };
+    // groupStart/groupEnd are members of the group in PyTorch 2.x.
+    backend->batch_begin = [](c10d::Backend& group) {
+      static_cast<c10d::ProcessGroupNCCL&>(group).groupStart();
+    };
+    backend->batch_end = [](c10d::Backend& group) {
+      static_cast<c10d::ProcessGroupNCCL&>(group).groupEnd();
+    };
     backend->store_host = AdvertisedHost(env);
     backend->timeout = timeout;
     return ConnectProcessGroups(std::move(backend), std::move(store),

@@ -56,8 +56,8 @@ class ProcessGroupTransport : public Transport {
                         c10::intrusive_ptr<c10d::Store> store,
                         int store_server_rank, int rank, int world_size, int dp,
                         int generation,
-                        c10::intrusive_ptr<c10d::ProcessGroup> world,
-                        c10::intrusive_ptr<c10d::ProcessGroup> data_parallel)
+                        c10::intrusive_ptr<c10d::Backend> world,
+                        c10::intrusive_ptr<c10d::Backend> data_parallel)
       : backend_(std::move(backend)),
         store_(std::move(store)),
         store_server_rank_(store_server_rank),
@@ -77,13 +77,13 @@ class ProcessGroupTransport : public Transport {
       std::vector<c10::intrusive_ptr<c10d::Work>> pending;
       std::vector<std::vector<at::Tensor>> buffers(ops.size());
       for (size_t i = 0; i < ops.size(); ++i) buffers[i] = {OnDevice(*ops[i].tensor)};
-      if (backend_->batch_begin) backend_->batch_begin();
+      if (backend_->batch_begin) backend_->batch_begin(*world_);
       for (size_t i = 0; i < ops.size(); ++i) {
         pending.push_back(ops[i].kind == P2POp::Kind::kSend
                               ? world_->send(buffers[i], ops[i].peer, kTag)
                               : world_->recv(buffers[i], ops[i].peer, kTag));
       }
-      if (backend_->batch_end) backend_->batch_end();
+      if (backend_->batch_end) backend_->batch_end(*world_);
       for (auto& work : pending) work->wait(backend_->timeout);
       for (size_t i = 0; i < ops.size(); ++i) {
         if (ops[i].kind == P2POp::Kind::kRecv) CopyBack(buffers[i][0], *ops[i].tensor);
@@ -204,7 +204,7 @@ class ProcessGroupTransport : public Transport {
     if (!used.is_same(original)) original.copy_(used);
   }
 
-  absl::Status AllReduce(c10d::ProcessGroup& group, at::Tensor& tensor,
+  absl::Status AllReduce(c10d::Backend& group, at::Tensor& tensor,
                          absl::string_view what) {
     try {
       std::vector<at::Tensor> tensors = {OnDevice(tensor)};
@@ -223,8 +223,8 @@ class ProcessGroupTransport : public Transport {
   int world_size_;
   int dp_;
   int generation_;
-  c10::intrusive_ptr<c10d::ProcessGroup> world_;
-  c10::intrusive_ptr<c10d::ProcessGroup> data_parallel_;  // null when dp = 1
+  c10::intrusive_ptr<c10d::Backend> world_;
+  c10::intrusive_ptr<c10d::Backend> data_parallel_;  // null when dp = 1
 };
 
 }  // namespace
@@ -241,10 +241,10 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectProcessGroups(
   const std::string prefix =
       generation == 0 ? "" : absl::StrCat("shrink", generation, "/");
   try {
-    c10::intrusive_ptr<c10d::ProcessGroup> world = backend->make_group(
+    c10::intrusive_ptr<c10d::Backend> world = backend->make_group(
         c10::make_intrusive<c10d::PrefixStore>(prefix + "world", store), rank,
         world_size);
-    c10::intrusive_ptr<c10d::ProcessGroup> data_parallel;
+    c10::intrusive_ptr<c10d::Backend> data_parallel;
     if (dp > 1) {
       const RankPosition pos = PositionOfRank(rank, dp);
       data_parallel = backend->make_group(

@@ -1,5 +1,6 @@
-// The Transport over c10d process groups, backend-neutral: it talks only to
-// c10d::ProcessGroup and c10d::Store, and takes the backend as a factory, so
+// The Transport over c10d backends, backend-neutral: it talks only to
+// c10d::Backend (what ProcessGroupGloo / ProcessGroupNCCL derive from in
+// PyTorch 2.x) and c10d::Store, and takes the backend as a factory, so
 // Gloo (gloo_transport.cc) and NCCL (nccl_transport.cc, CUDA builds only)
 // share the schedule-facing code and the elastic shrink.
 //
@@ -16,7 +17,7 @@
 #ifndef DYNMO_TRAINER_PROCESS_GROUP_TRANSPORT_H_
 #define DYNMO_TRAINER_PROCESS_GROUP_TRANSPORT_H_
 
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <chrono>
@@ -35,16 +36,17 @@ namespace dynmo::trainer {
 struct ProcessGroupBackend {
   std::string name;  // "gloo" or "nccl"
   // One group of `size` members over `store` (already prefixed).
-  std::function<c10::intrusive_ptr<c10d::ProcessGroup>(
+  std::function<c10::intrusive_ptr<c10d::Backend>(
       c10::intrusive_ptr<c10d::Store> store, int rank, int size)>
       make_group;
   // Where tensors must live for this backend (CPU for Gloo, the rank's GPU
   // for NCCL); CPU tensors are copied there and back around each operation.
   c10::Device device = c10::Device(c10::kCPU);
   // Brackets a batch of point-to-point ops (NCCL's group start / end, so a
-  // send and a receive between the same pair cannot deadlock); may be empty.
-  std::function<void()> batch_begin;
-  std::function<void()> batch_end;
+  // send and a receive between the same pair cannot deadlock); called with
+  // the group the batch runs on; may be empty.
+  std::function<void(c10d::Backend&)> batch_begin;
+  std::function<void(c10d::Backend&)> batch_end;
   // This process's address, published when it must serve a new store.
   std::string store_host;
   std::chrono::milliseconds timeout{300000};
