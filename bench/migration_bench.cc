@@ -8,10 +8,13 @@
 //   {"layer_bytes":..,"payload_bytes":..,"migration_bytes_per_s":..,
 //    "plain_send_bytes_per_s":..,"ratio":..,"encode_s":..,"decode_restore_s":..}
 // A migration is SendLayer -> RecvLayer of one decoder block with its AdamW
-// state (trainer/layer_migration.h: capture, encode, 2 messages, decode,
-// restore onto a fresh layer); the plain send is one uint8 tensor of the
-// encoded size over the same Transport. Times are medians over --reps, each
-// from a barrier to the receiver holding the data (receiver's clock).
+// state (trainer/layer_migration.h: the header, then every tensor sent as
+// it is and received into a fresh tensor, restored onto a fresh layer); the
+// plain send is one uint8 tensor of the same byte count (the file
+// encoding's size) over the same Transport. Times are medians over --reps,
+// each from a barrier to the receiver holding the data (receiver's clock).
+// encode_s / decode_restore_s time the file encoding (checkpoints), which
+// migration no longer uses.
 #include <sys/wait.h>
 #include <unistd.h>
 

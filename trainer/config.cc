@@ -7,10 +7,17 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "coordinator/core/partition.h"
 #include "trainer/repack_layout.h"
 
 namespace dynmo::trainer {
+
+bool IsCudaDeviceName(absl::string_view name) {
+  int index = -1;
+  return absl::ConsumePrefix(&name, "cuda:") && absl::SimpleAtoi(name, &index) &&
+         index >= 0 && index < 1024;
+}
 
 absl::Status ValidateConfig(const TrainerConfig& c, int world_size) {
   const ModelConfig& m = c.model;
@@ -68,6 +75,15 @@ absl::Status ValidateConfig(const TrainerConfig& c, int world_size) {
   if (c.backend != "gloo" && c.backend != "nccl") {
     return absl::InvalidArgumentError(
         absl::StrCat("--backend must be gloo or nccl, not '", c.backend, "'"));
+  }
+  if (c.device != "auto" && c.device != "cpu" && c.device != "cuda" &&
+      !IsCudaDeviceName(c.device)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--device must be auto, cpu, cuda or cuda:N, not '", c.device, "'"));
+  }
+  if (c.layer_clock != "wall" && c.layer_clock != "cpu") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--layer_clock must be wall or cpu, not '", c.layer_clock, "'"));
   }
   if (c.pp * c.dp != world_size) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -59,6 +59,11 @@ struct TrainerConfig {
   // The c10d backend behind the transport seam: "gloo" (CPU) or "nccl"
   // (builds against a CUDA LibTorch with NCCL; elsewhere a clear error).
   std::string backend = "gloo";
+  // Where layers, activations, gradients and AdamW state live: "cpu",
+  // "cuda" (this rank's GPU, cuda:LOCAL_RANK), "cuda:N", or "auto" (cuda
+  // when a device is visible, else cpu). RunTraining resolves "auto" and
+  // "cuda" to the concrete device before anything is built.
+  std::string device = "cpu";
   // A test policy standing in for the coordinator: every
   // `test_migrate_every` iterations the job migrates to the next entry of
   // `test_migration_targets` (cycling). 0 disables it. Entry i may also name
@@ -104,7 +109,17 @@ struct TrainerConfig {
   // Per-layer clocks around every layer's forward and backward. false: one
   // clock per stage pass, spread evenly over the stage's layers.
   bool profile_layers = true;
+  // What a cpu layer clock reads: "wall" (the steady clock) or "cpu" (the
+  // CPU time this process spent: with --intra_op_threads=1 the computing
+  // thread's own, else the whole process's). "cpu" measures a layer's work
+  // without the time the OS gave other processes, so ranks that share
+  // cores (4 ranks on 2 cores) still see what each layer costs. cuda
+  // always times with events.
+  std::string layer_clock = "wall";
 };
+
+// True for "cuda:N" (N a device index).
+bool IsCudaDeviceName(absl::string_view name);
 
 // Returns OK when the model, schedule and parallel shape are consistent and
 // `world_size` processes match pp * dp. Errors name the offending flag.

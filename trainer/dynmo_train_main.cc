@@ -108,6 +108,12 @@ ABSL_FLAG(int, exit_warmup_iters, 0,
           "early-exit: iterations before tokens may exit (exit heads train from the start)");
 ABSL_FLAG(std::string, backend, "gloo",
           "c10d backend: gloo (CPU) or nccl (needs a CUDA LibTorch build with NCCL)");
+ABSL_FLAG(std::string, device, "auto",
+          "where layers compute: auto (cuda when a GPU is visible, else cpu), cpu, "
+          "cuda (cuda:LOCAL_RANK) or cuda:N");
+ABSL_FLAG(std::string, layer_clock, "wall",
+          "what per-layer times measure on cpu: wall (steady clock) or cpu (CPU time "
+          "of the computing thread; robust when ranks share cores)");
 ABSL_FLAG(int, timeout_s, 300, "rendezvous and communication timeout, seconds");
 ABSL_FLAG(std::string, save_dir, "",
           "write per-layer checkpoints under DIR/iter_<k>/ (layer_<id>.state + manifest.json)");
@@ -156,6 +162,8 @@ absl::StatusOr<TrainerConfig> ConfigFromFlags() {
   c.intra_op_threads = absl::GetFlag(FLAGS_intra_op_threads);
   c.timeout_s = absl::GetFlag(FLAGS_timeout_s);
   c.backend = absl::GetFlag(FLAGS_backend);
+  c.device = absl::GetFlag(FLAGS_device);
+  c.layer_clock = absl::GetFlag(FLAGS_layer_clock);
   c.save_dir = absl::GetFlag(FLAGS_save_dir);
   c.save_every = absl::GetFlag(FLAGS_save_every);
   c.load_dir = absl::GetFlag(FLAGS_load_dir);

@@ -23,7 +23,7 @@ class EmbeddingLayer : public PipelineLayer {
 
   torch::Tensor Forward(const torch::Tensor& tokens, MicroBatchContext&) override {
     const int64_t t = tokens.size(1);
-    return tokens_(tokens) + positions_(torch::arange(t, torch::kLong)).unsqueeze(0);
+    return tokens_(tokens) + positions_(torch::arange(t, tokens.options())).unsqueeze(0);
   }
 
  private:

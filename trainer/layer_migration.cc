@@ -1,6 +1,7 @@
 #include "trainer/layer_migration.h"
 
 #include "absl/strings/str_cat.h"
+#include "trainer/device.h"
 
 namespace dynmo::trainer {
 
@@ -11,7 +12,7 @@ absl::Status SendLayer(Transport& transport, OwnedLayer& owned, int peer) {
 absl::StatusOr<OwnedLayer> RecvLayer(Transport& transport,
                                      const TrainerConfig& config, int id,
                                      int peer) {
-  absl::StatusOr<LayerState> state = RecvLayerState(transport, peer);
+  absl::StatusOr<LayerState> state = RecvLayerState(transport, peer, DeviceOf(config));
   if (!state.ok()) return state.status();
   if (state->id != id) {
     return absl::InternalError(absl::StrCat("expected layer ", id, " from rank ", peer,

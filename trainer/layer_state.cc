@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "trainer/adamw_state_select.h"
+#include "trainer/device.h"
 
 namespace dynmo::trainer {
 namespace {
@@ -74,6 +75,9 @@ std::vector<Entry> EntriesOf(const LayerState& s) {
 OwnedLayer MakeOwnedLayer(const TrainerConfig& config, int id) {
   OwnedLayer owned;
   owned.layer = MakeLayer(config.model, id, config.seed);
+  // Initialised on the CPU (the same values on every device), then moved
+  // before the optimizer sees its parameters.
+  owned.layer->to(DeviceOf(config));
   owned.optimizer = std::make_unique<torch::optim::AdamW>(
       owned.layer->parameters(),
       torch::optim::AdamWOptions(config.lr).weight_decay(config.weight_decay));
@@ -147,7 +151,9 @@ absl::StatusOr<OwnedLayer> RestoreLayerInto(OwnedLayer owned, const LayerState& 
       }
       torch::Tensor target = item.value();
       torch::NoGradGuard no_grad;
-      target.set_data(*it->second);
+      // The layer's device wins: a state read from a file (cpu) or received
+      // from a peer lands where this layer computes.
+      target.set_data(it->second->to(target.device()));
       by_name.erase(it);
     }
     if (!by_name.empty()) {
@@ -175,31 +181,137 @@ absl::StatusOr<OwnedLayer> RestoreLayerInto(OwnedLayer owned, const LayerState& 
     }
     auto s = std::make_unique<torch::optim::AdamWParamState>();
     s->step(a.step);
-    s->exp_avg(a.exp_avg);
-    s->exp_avg_sq(a.exp_avg_sq);
-    if (a.max_exp_avg_sq.defined()) s->max_exp_avg_sq(a.max_exp_avg_sq);
+    s->exp_avg(a.exp_avg.to(p->device()));
+    s->exp_avg_sq(a.exp_avg_sq.to(p->device()));
+    if (a.max_exp_avg_sq.defined()) s->max_exp_avg_sq(a.max_exp_avg_sq.to(p->device()));
     opt_state[OptimizerStateKey(*p)] = std::move(s);
   }
   return owned;
 }
 
-torch::Tensor EncodeLayerState(const LayerState& state) {
+namespace {
+
+// The JSON header of `state`, describing `entries` in payload order.
+nlohmann::json HeaderOf(const LayerState& state, const std::vector<Entry>& entries) {
   nlohmann::json header;
   header["id"] = state.id;
   header["metadata"] = state.metadata;
   header["tensors"] = nlohmann::json::array();
-  const std::vector<Entry> entries = EntriesOf(state);
-  int64_t payload = 0;
   for (const Entry& e : entries) {
     header["tensors"].push_back({{"name", e.name},
                                  {"role", e.role},
                                  {"dtype", DTypeName(e.value->scalar_type())},
                                  {"shape", e.value->sizes().vec()}});
-    payload += Bytes(*e.value);
   }
   header["steps"] = nlohmann::json::object();
   for (const AdamWTensors& a : state.optimizer) header["steps"][a.param] = a.step;
-  const std::string text = header.dump();
+  return header;
+}
+
+// One tensor a header announces.
+struct TensorSpec {
+  std::string name;
+  std::string role;
+  torch::ScalarType type;
+  std::vector<int64_t> shape;
+};
+
+struct ParsedHeader {
+  int id = -1;
+  std::vector<int64_t> metadata;
+  std::vector<TensorSpec> tensors;
+  nlohmann::json steps;
+};
+
+absl::StatusOr<ParsedHeader> ParseHeader(const nlohmann::json& header) {
+  if (header.is_discarded() || !header.is_object()) return DataLoss("malformed header");
+  ParsedHeader parsed;
+  try {
+    parsed.id = header.at("id").get<int>();
+    parsed.metadata = header.at("metadata").get<std::vector<int64_t>>();
+    parsed.steps = header.at("steps");
+    for (const nlohmann::json& t : header.at("tensors")) {
+      TensorSpec spec;
+      spec.name = t.at("name").get<std::string>();
+      spec.role = t.at("role").get<std::string>();
+      const std::string dtype = t.at("dtype").get<std::string>();
+      spec.shape = t.at("shape").get<std::vector<int64_t>>();
+      std::optional<torch::ScalarType> type;
+      for (const auto& [n, st] : DTypes()) {
+        if (n == dtype) type = st;
+      }
+      if (!type) {
+        return DataLoss(absl::StrCat("tensor '", spec.name, "' has unknown dtype ", dtype));
+      }
+      spec.type = *type;
+      for (int64_t d : spec.shape) {
+        if (d < 0) {
+          return DataLoss(absl::StrCat("tensor '", spec.name, "' has a negative dimension"));
+        }
+      }
+      if (spec.role != "param" && spec.role != "buffer" && spec.role != "exp_avg" &&
+          spec.role != "exp_avg_sq" && spec.role != "max_exp_avg_sq") {
+        return DataLoss(absl::StrCat("tensor '", spec.name, "' has unknown role ", spec.role));
+      }
+      parsed.tensors.push_back(std::move(spec));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return DataLoss(absl::StrCat("malformed header: ", e.what()));
+  }
+  return parsed;
+}
+
+// The state a parsed header describes, holding `values` (one per spec).
+absl::StatusOr<LayerState> Assemble(const ParsedHeader& header,
+                                    std::vector<torch::Tensor> values) {
+  LayerState state;
+  state.id = header.id;
+  state.metadata = header.metadata;
+  std::map<std::string, AdamWTensors> optimizer;
+  std::vector<std::string> optimizer_order;
+  for (size_t i = 0; i < header.tensors.size(); ++i) {
+    const TensorSpec& spec = header.tensors[i];
+    if (spec.role == "param") {
+      state.parameters.push_back({spec.name, std::move(values[i])});
+    } else if (spec.role == "buffer") {
+      state.buffers.push_back({spec.name, std::move(values[i])});
+    } else {
+      if (!optimizer.count(spec.name)) optimizer_order.push_back(spec.name);
+      AdamWTensors& a = optimizer[spec.name];
+      a.param = spec.name;
+      (spec.role == "exp_avg"      ? a.exp_avg
+       : spec.role == "exp_avg_sq" ? a.exp_avg_sq
+                                   : a.max_exp_avg_sq) = std::move(values[i]);
+    }
+  }
+  for (const std::string& name : optimizer_order) {
+    AdamWTensors& a = optimizer[name];
+    if (!a.exp_avg.defined() || !a.exp_avg_sq.defined()) {
+      return DataLoss(absl::StrCat("incomplete optimizer state for '", name, "'"));
+    }
+    try {
+      a.step = header.steps.at(name).get<int64_t>();
+    } catch (const nlohmann::json::exception& e) {
+      return DataLoss(absl::StrCat("malformed header: no step for '", name, "'"));
+    }
+    state.optimizer.push_back(std::move(a));
+  }
+  return state;
+}
+
+torch::Tensor StringTensor(const std::string& text) {
+  torch::Tensor t = torch::empty({static_cast<int64_t>(text.size())}, torch::kByte);
+  if (!text.empty()) std::memcpy(t.data_ptr<uint8_t>(), text.data(), text.size());
+  return t;
+}
+
+}  // namespace
+
+torch::Tensor EncodeLayerState(const LayerState& state) {
+  const std::vector<Entry> entries = EntriesOf(state);
+  int64_t payload = 0;
+  for (const Entry& e : entries) payload += Bytes(*e.value);
+  const std::string text = HeaderOf(state, entries).dump();
   const uint64_t header_len = text.size();
   const int64_t total = sizeof(kMagic) + sizeof(header_len) +
                         static_cast<int64_t>(header_len) + payload;
@@ -212,7 +324,7 @@ torch::Tensor EncodeLayerState(const LayerState& state) {
   std::memcpy(p, text.data(), header_len);
   p += header_len;
   for (const Entry& e : entries) {
-    const torch::Tensor t = e.value->contiguous();
+    const torch::Tensor t = e.value->to(torch::kCPU).contiguous();
     const int64_t n = Bytes(t);
     if (n > 0) std::memcpy(p, t.data_ptr(), n);
     p += n;
@@ -229,92 +341,83 @@ absl::StatusOr<LayerState> DecodeLayerState(absl::Span<const uint8_t> bytes) {
   std::memcpy(&header_len, bytes.data() + sizeof(kMagic), sizeof(header_len));
   size_t offset = sizeof(kMagic) + sizeof(header_len);
   if (header_len > bytes.size() - offset) return DataLoss("truncated header");
-  nlohmann::json header = nlohmann::json::parse(
+  absl::StatusOr<ParsedHeader> header = ParseHeader(nlohmann::json::parse(
       bytes.begin() + offset, bytes.begin() + offset + header_len, nullptr,
-      /*allow_exceptions=*/false);
+      /*allow_exceptions=*/false));
+  if (!header.ok()) return header.status();
   offset += header_len;
-  if (header.is_discarded() || !header.is_object()) return DataLoss("malformed header");
-  LayerState state;
-  std::map<std::string, AdamWTensors> optimizer;
-  std::vector<std::string> optimizer_order;
-  try {
-    state.id = header.at("id").get<int>();
-    state.metadata = header.at("metadata").get<std::vector<int64_t>>();
-    for (const nlohmann::json& t : header.at("tensors")) {
-      const std::string name = t.at("name").get<std::string>();
-      const std::string role = t.at("role").get<std::string>();
-      const std::string dtype = t.at("dtype").get<std::string>();
-      const std::vector<int64_t> shape = t.at("shape").get<std::vector<int64_t>>();
-      std::optional<torch::ScalarType> type;
-      for (const auto& [n, st] : DTypes()) {
-        if (n == dtype) type = st;
-      }
-      if (!type) return DataLoss(absl::StrCat("tensor '", name, "' has unknown dtype ", dtype));
-      for (int64_t d : shape) {
-        if (d < 0) return DataLoss(absl::StrCat("tensor '", name, "' has a negative dimension"));
-      }
-      torch::Tensor value = torch::empty(shape, *type);
-      const int64_t n = Bytes(value);
-      if (static_cast<uint64_t>(n) > bytes.size() - offset) {
-        return DataLoss(absl::StrCat("payload truncated at tensor '", name, "'"));
-      }
-      if (n > 0) std::memcpy(value.data_ptr(), bytes.data() + offset, n);
-      offset += n;
-      if (role == "param") {
-        state.parameters.push_back({name, value});
-      } else if (role == "buffer") {
-        state.buffers.push_back({name, value});
-      } else if (role == "exp_avg" || role == "exp_avg_sq" || role == "max_exp_avg_sq") {
-        if (!optimizer.count(name)) optimizer_order.push_back(name);
-        AdamWTensors& a = optimizer[name];
-        a.param = name;
-        (role == "exp_avg" ? a.exp_avg
-                           : role == "exp_avg_sq" ? a.exp_avg_sq : a.max_exp_avg_sq) = value;
-      } else {
-        return DataLoss(absl::StrCat("tensor '", name, "' has unknown role ", role));
-      }
+  std::vector<torch::Tensor> values;
+  for (const TensorSpec& spec : header->tensors) {
+    torch::Tensor value = torch::empty(spec.shape, spec.type);
+    const int64_t n = Bytes(value);
+    if (static_cast<uint64_t>(n) > bytes.size() - offset) {
+      return DataLoss(absl::StrCat("payload truncated at tensor '", spec.name, "'"));
     }
-    for (const std::string& name : optimizer_order) {
-      AdamWTensors& a = optimizer[name];
-      if (!a.exp_avg.defined() || !a.exp_avg_sq.defined()) {
-        return DataLoss(absl::StrCat("incomplete optimizer state for '", name, "'"));
-      }
-      a.step = header.at("steps").at(name).get<int64_t>();
-      state.optimizer.push_back(std::move(a));
-    }
-  } catch (const nlohmann::json::exception& e) {
-    return DataLoss(absl::StrCat("malformed header: ", e.what()));
+    if (n > 0) std::memcpy(value.data_ptr(), bytes.data() + offset, n);
+    offset += n;
+    values.push_back(std::move(value));
   }
   if (offset != bytes.size()) {
     return DataLoss(absl::StrCat(bytes.size() - offset, " trailing bytes"));
   }
-  return state;
+  return Assemble(*header, std::move(values));
 }
 
 absl::Status SendLayerState(Transport& transport, const LayerState& state, int peer) {
-  torch::Tensor bytes = EncodeLayerState(state);
-  torch::Tensor size = torch::full({1}, bytes.numel(), torch::kLong);
+  const std::vector<Entry> entries = EntriesOf(state);
+  torch::Tensor header = StringTensor(HeaderOf(state, entries).dump());
+  torch::Tensor size = torch::full({1}, header.numel(), torch::kLong);
   if (absl::Status s = transport.Exchange({P2POp{P2POp::Kind::kSend, &size, peer}});
       !s.ok()) {
     return s;
   }
-  return transport.Exchange({P2POp{P2POp::Kind::kSend, &bytes, peer}});
+  if (absl::Status s = transport.Exchange({P2POp{P2POp::Kind::kSend, &header, peer}});
+      !s.ok()) {
+    return s;
+  }
+  // Each tensor goes as it is, from where it lives: no staging copy.
+  std::vector<torch::Tensor> values;
+  for (const Entry& e : entries) {
+    if (Bytes(*e.value) > 0) values.push_back(e.value->contiguous());
+  }
+  std::vector<P2POp> ops;
+  for (torch::Tensor& t : values) ops.push_back(P2POp{P2POp::Kind::kSend, &t, peer});
+  return ops.empty() ? absl::OkStatus() : transport.Exchange(ops);
 }
 
-absl::StatusOr<LayerState> RecvLayerState(Transport& transport, int peer) {
+absl::StatusOr<LayerState> RecvLayerState(Transport& transport, int peer,
+                                          torch::Device device) {
   torch::Tensor size = torch::zeros({1}, torch::kLong);
   if (absl::Status s = transport.Exchange({P2POp{P2POp::Kind::kRecv, &size, peer}});
       !s.ok()) {
     return s;
   }
   const int64_t n = size.item<int64_t>();
-  if (n <= 0) return DataLoss(absl::StrCat("rank ", peer, " announced ", n, " bytes"));
-  torch::Tensor bytes = torch::empty({n}, torch::kByte);
-  if (absl::Status s = transport.Exchange({P2POp{P2POp::Kind::kRecv, &bytes, peer}});
+  if (n <= 0 || n > (int64_t{1} << 30)) {
+    return DataLoss(absl::StrCat("rank ", peer, " announced a ", n, "-byte header"));
+  }
+  torch::Tensor text = torch::empty({n}, torch::kByte);
+  if (absl::Status s = transport.Exchange({P2POp{P2POp::Kind::kRecv, &text, peer}});
       !s.ok()) {
     return s;
   }
-  return DecodeLayerState(absl::MakeConstSpan(bytes.data_ptr<uint8_t>(), n));
+  const uint8_t* p = text.data_ptr<uint8_t>();
+  absl::StatusOr<ParsedHeader> header = ParseHeader(
+      nlohmann::json::parse(p, p + n, nullptr, /*allow_exceptions=*/false));
+  if (!header.ok()) return header.status();
+  // Received straight into tensors on this rank's device.
+  std::vector<torch::Tensor> values;
+  std::vector<P2POp> ops;
+  for (const TensorSpec& spec : header->tensors) {
+    values.push_back(torch::empty(spec.shape, torch::TensorOptions(spec.type).device(device)));
+  }
+  for (torch::Tensor& t : values) {
+    if (Bytes(t) > 0) ops.push_back(P2POp{P2POp::Kind::kRecv, &t, peer});
+  }
+  if (!ops.empty()) {
+    if (absl::Status s = transport.Exchange(ops); !s.ok()) return s;
+  }
+  return Assemble(*header, std::move(values));
 }
 
 absl::Status WriteLayerStateFile(const LayerState& state, const std::string& path) {

@@ -36,8 +36,12 @@
 //                exp_avg | exp_avg_sq | max_exp_avg_sq (the last three name
 //                the parameter they belong to)
 //   payload      every tensor's contiguous bytes, back to back, header order
-// On a Transport: one int64 tensor [byte count], then one uint8 tensor.
 // In a file: the bytes, written to a temporary name and renamed into place.
+// On a Transport there is no payload blob: one int64 tensor [H], the H
+// header bytes as a uint8 tensor, then every tensor of the header, each
+// sent from where it lives and received straight into a tensor allocated
+// on the receiver's device (one batch of point-to-point operations), so a
+// migration costs what the transport costs.
 //
 // Functions are thread-compatible; a layer must not be trained while its
 // state is captured or restored.
@@ -81,7 +85,8 @@ class LayerMetadataHook {
 
 struct NamedTensor {
   std::string name;
-  torch::Tensor value;  // CPU; contiguous once captured or decoded
+  torch::Tensor value;  // contiguous once captured or decoded; on the layer's
+                        // device when captured or received, CPU when decoded
 };
 
 struct AdamWTensors {
@@ -127,7 +132,8 @@ absl::StatusOr<LayerState> DecodeLayerState(absl::Span<const uint8_t> bytes);
 // pair of ranks match in order).
 absl::Status SendLayerState(Transport& transport, const LayerState& state,
                             int peer);
-absl::StatusOr<LayerState> RecvLayerState(Transport& transport, int peer);
+absl::StatusOr<LayerState> RecvLayerState(Transport& transport, int peer,
+                                          torch::Device device = torch::kCPU);
 
 // Writes `state` to `path` atomically (temporary file in the same
 // directory, then rename). Errors name the path.

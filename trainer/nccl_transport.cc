@@ -1,8 +1,10 @@
 // ConnectNcclTransport: the job's store plus NCCL process groups on GPU
 // LOCAL_RANK, for builds against a CUDA LibTorch (CMake option
-// DYNMO_WITH_NCCL, defined only when Torch has CUDA and libnccl was found).
-// Tensors stay where the trainer made them (CPU); the transport copies them
-// to the GPU and back around each operation. A shrink builds new NCCL
+// DYNMO_WITH_NCCL, defined when Torch has CUDA and nccl.h was found).
+// The trainer's tensors already live on the rank's GPU (--device=cuda), so
+// activations, gradients and migrating layers go GPU to GPU; only the few
+// control tensors made on the CPU (counts, the migration header) are
+// copied over and back. A shrink builds new NCCL
 // communicators over the survivors under a new store prefix, c10d's
 // counterpart of ncclCommSplit. Elsewhere the constructor is UNIMPLEMENTED.
 #include "trainer/transport.h"
@@ -31,7 +33,9 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectNcclTransport(
     c10::intrusive_ptr<c10d::Store> store = ConnectJobStore(env, timeout);
     auto backend = std::make_shared<ProcessGroupBackend>();
     backend->name = "nccl";
-    backend->device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank));
+    backend->device = c10::Device(
+        c10::kCUDA, static_cast<c10::DeviceIndex>(
+                        options.device_index >= 0 ? options.device_index : env.local_rank));
     backend->make_group = [timeout](c10::intrusive_ptr<c10d::Store> s, int rank,
                                     int size) {
       auto o = c10d::ProcessGroupNCCL::Options::create();

@@ -1,5 +1,7 @@
 #include "trainer/pipeline_stage.h"
 
+#include <time.h>
+
 #include <chrono>
 #include <functional>
 #include <map>
@@ -7,29 +9,25 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "trainer/device.h"
 #include "trainer/dynamism/early_exit.h"
 
 namespace dynmo::trainer {
 namespace {
 
-double SecondsSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-      .count();
-}
-
-torch::Tensor TokensTensor(std::vector<int64_t>& data, int rows, int cols) {
-  return torch::from_blob(data.data(), {rows, cols}, torch::kLong).clone();
-}
-
-// Runs a stage's ops unchanged and reports every Forward / Backward with its
-// duration once it returns: the stage tracks its peak activation stash
-// there and, without per-layer clocks (--profile_layers=false), times whole
-// stage passes.
+// Runs a stage's ops unchanged and reports every Forward / Backward once it
+// returns: the stage tracks its peak activation stash there and, without
+// per-layer clocks (--profile_layers=false), times whole stage passes.
 class ObservedOps : public StageOps {
  public:
-  using Observer = std::function<void(bool forward, double seconds)>;
-  ObservedOps(StageOps& inner, Observer observer)
-      : inner_(inner), observer_(std::move(observer)) {}
+  using Observer = std::function<void(bool forward)>;
+  ObservedOps(StageOps& inner, LayerClock* pass_clock, double* forward_s,
+              double* backward_s, Observer observer)
+      : inner_(inner),
+        clock_(pass_clock),
+        forward_s_(forward_s),
+        backward_s_(backward_s),
+        observer_(std::move(observer)) {}
   absl::Status RecvForward(int mb) override { return inner_.RecvForward(mb); }
   absl::Status Forward(int mb) override { return Timed(true, [&] { return inner_.Forward(mb); }); }
   absl::Status SendForward(int mb) override { return inner_.SendForward(mb); }
@@ -46,12 +44,21 @@ class ObservedOps : public StageOps {
  private:
   template <typename Op>
   absl::Status Timed(bool forward, Op op) {
-    const auto start = std::chrono::steady_clock::now();
+    if (clock_ == nullptr) {
+      absl::Status s = op();
+      observer_(forward);
+      return s;
+    }
+    const LayerClock::Span span = clock_->Start();
     absl::Status s = op();
-    observer_(forward, SecondsSince(start));
+    clock_->Stop(span, forward ? forward_s_ : backward_s_);
+    observer_(forward);
     return s;
   }
   StageOps& inner_;
+  LayerClock* clock_;  // null: per-layer clocks run instead
+  double* forward_s_;
+  double* backward_s_;
   Observer observer_;
 };
 
@@ -61,6 +68,10 @@ PipelineStage::PipelineStage(const TrainerConfig& config,
                              const core::Boundaries& b, int stage, int dp_rank,
                              Transport* transport, const TokenCorpus* corpus)
     : config_(config),
+      device_(DeviceOf(config)),
+      clock_(device_, config.layer_clock == "wall"  ? -1
+                      : config.intra_op_threads == 1 ? CLOCK_THREAD_CPUTIME_ID
+                                                     : CLOCK_PROCESS_CPUTIME_ID),
       stage_(stage),
       num_stages_(static_cast<int>(b.size()) - 1),
       dp_rank_(dp_rank),
@@ -88,7 +99,15 @@ bool PipelineStage::TakeModelChanged() {
 }
 
 torch::Tensor PipelineStage::MaskBuffer() const {
-  return torch::empty({config_.micro_batch, config_.model.seq_len}, torch::kUInt8);
+  return torch::empty({config_.micro_batch, config_.model.seq_len},
+                      torch::TensorOptions(torch::kUInt8).device(device_));
+}
+
+torch::Tensor PipelineStage::TokensOnDevice(std::vector<int64_t>& data) const {
+  // A copy on every device: `data` does not outlive the micro-batch's start.
+  return torch::from_blob(data.data(), {config_.micro_batch, config_.model.seq_len},
+                          torch::kLong)
+      .to(device_, torch::kLong, /*non_blocking=*/false, /*copy=*/true);
 }
 
 torch::Tensor PipelineStage::OutgoingMask(int mb) const {
@@ -99,7 +118,7 @@ torch::Tensor PipelineStage::OutgoingMask(int mb) const {
 torch::Tensor PipelineStage::ActivationBuffer() const {
   return torch::empty({config_.micro_batch, config_.model.seq_len,
                        config_.model.hidden},
-                      torch::kFloat);
+                      torch::TensorOptions(torch::kFloat).device(device_));
 }
 
 absl::Status PipelineStage::RunIteration(int64_t iter, StageIterationStats* stats) {
@@ -115,14 +134,19 @@ absl::Status PipelineStage::RunIteration(int64_t iter, StageIterationStats* stat
   }
   for (OwnedLayer& owned : layers_) owned.optimizer->zero_grad();
 
+  loss_sum_ = torch::zeros({}, torch::TensorOptions(torch::kDouble).device(device_));
   // Stage-pass clocks: used as the layer times without per-layer clocks.
   double forward_pass_s = 0, backward_pass_s = 0;
-  ObservedOps observed(*this, [&](bool forward, double seconds) {
-    (forward ? forward_pass_s : backward_pass_s) += seconds;
-    stats->peak_stash_bytes = std::max(stats->peak_stash_bytes, StashedBytes());
-  });
+  ObservedOps observed(*this, config_.profile_layers ? nullptr : &clock_,
+                       &forward_pass_s, &backward_pass_s, [&](bool) {
+                         stats->peak_stash_bytes =
+                             std::max(stats->peak_stash_bytes, StashedBytes());
+                       });
   absl::Status s = RunOneFOneB(stage_, num_stages_, config_.microbatches, observed);
   if (!s.ok()) return s;
+  // One read of the device per iteration: every clock and the loss.
+  clock_.Collect();
+  if (is_last()) stats->loss_sum = loss_sum_.item<double>();
   if (!config_.profile_layers && !layers_.empty()) {
     // Without per-layer clocks the stage's passes are spread evenly.
     const double n = static_cast<double>(layers_.size());
@@ -162,9 +186,8 @@ absl::Status PipelineStage::Forward(int mb) {
     // auxiliary loss (early exit) may need them.
     std::vector<int64_t> inputs, target_ids;
     FillMicroBatch(*corpus_, layout, iter_, dp_rank_, mb, &inputs, &target_ids);
-    if (is_first()) x = TokensTensor(inputs, config_.micro_batch, config_.model.seq_len);
-    f.context.targets =
-        TokensTensor(target_ids, config_.micro_batch, config_.model.seq_len);
+    if (is_first()) x = TokensOnDevice(inputs);
+    f.context.targets = TokensOnDevice(target_ids);
   }
   if (!is_first()) x = f.input;
   if (!is_first() && early_exit_) f.context.token_active = TokenMaskFromWire(f.token_mask);
@@ -177,10 +200,9 @@ absl::Status PipelineStage::Forward(int mb) {
                            : x.detach().requires_grad_(layer.id() > frozen_prefix_);
     const size_t aux_before = f.context.aux_losses.size();
     const bool clock = config_.profile_layers;
-    const auto start = clock ? std::chrono::steady_clock::now()
-                             : std::chrono::steady_clock::time_point{};
+    const LayerClock::Span span = clock ? clock_.Start() : LayerClock::Span{};
     torch::Tensor out = layer.Forward(in, f.context);
-    if (clock) stats_->forward_s[i] += SecondsSince(start);
+    if (clock) clock_.Stop(span, &stats_->forward_s[i]);
     torch::Tensor aux;
     for (size_t a = aux_before; a < f.context.aux_losses.size(); ++a) {
       aux = aux.defined() ? aux + f.context.aux_losses[a] : f.context.aux_losses[a];
@@ -190,7 +212,7 @@ absl::Status PipelineStage::Forward(int mb) {
     f.layer_aux_losses.push_back(aux);
     x = out;
   }
-  if (is_last()) stats_->loss_sum += x.item<double>();
+  if (is_last()) loss_sum_ += x.detach();
   return absl::OkStatus();
 }
 
@@ -220,22 +242,21 @@ absl::Status PipelineStage::SendForwardRecvBackward(int send_mb, int recv_mb) {
 absl::Status PipelineStage::Backward(int mb) {
   InFlight& f = in_flight_[mb];
   // Each micro-batch's losses weigh 1/M: the gradient of the mean.
-  const torch::Tensor loss_weight =
-      torch::full({}, 1.0 / config_.microbatches, torch::kFloat);
+  const torch::Tensor loss_weight = torch::full(
+      {}, 1.0 / config_.microbatches, torch::TensorOptions(torch::kFloat).device(device_));
   torch::Tensor grad = is_last() ? loss_weight : f.output_grad;
   for (int i = static_cast<int>(layers_.size()) - 1; i >= 0; --i) {
     // Frozen layers (and all before them) run no backward at all.
     if (layers_[i].layer->id() < frozen_prefix_) break;
     const bool clock = config_.profile_layers;
-    const auto start = clock ? std::chrono::steady_clock::now()
-                             : std::chrono::steady_clock::time_point{};
+    const LayerClock::Span span = clock ? clock_.Start() : LayerClock::Span{};
     if (f.layer_aux_losses[i].defined()) {
       torch::autograd::backward({f.layer_outputs[i], f.layer_aux_losses[i]},
                                 {grad, loss_weight});
     } else {
       torch::autograd::backward({f.layer_outputs[i]}, {grad});
     }
-    if (clock) stats_->backward_s[i] += SecondsSince(start);
+    if (clock) clock_.Stop(span, &stats_->backward_s[i]);
     if (layers_[i].layer->kind() != LayerKind::kEmbedding) {
       grad = f.layer_inputs[i].grad();
     }

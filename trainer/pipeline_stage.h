@@ -2,9 +2,15 @@
 // AdamW per layer (so a layer's optimizer state is its own and can move with
 // it), driven through one iteration by the 1F1B executor.
 //
+// Everything lives on the rank's device (config.device, device.h): layers,
+// their AdamW state, activations, gradients and the loss; on cuda nothing
+// goes through host memory in the steady state (the summed loss is read
+// once per iteration).
+//
 // Each layer runs on a detached copy of its input, so backward runs layer
-// by layer: that is how the per-layer backward time is measured (steady
-// clock; CPU kernels are synchronous), and it makes the arithmetic of a
+// by layer: that is how the per-layer backward time is measured (a
+// LayerClock: the steady clock on cpu, CUDA events read once per iteration
+// on cuda), and it makes the arithmetic of a
 // stage independent of where the stage boundaries are — pp=1 and pp=4 run
 // the same kernels on the same tensors in the same order.
 //
@@ -27,6 +33,7 @@
 #include "trainer/config.h"
 #include "trainer/dynamism/dynamism.h"
 #include "trainer/gpt_layers.h"
+#include "trainer/layer_clock.h"
 #include "trainer/layer_migration.h"
 #include "trainer/one_f_one_b.h"
 #include "trainer/token_corpus.h"
@@ -103,6 +110,7 @@ class PipelineStage : public StageOps {
   bool is_first() const { return stage_ == 0; }
   bool is_last() const { return stage_ == num_stages_ - 1; }
   torch::Tensor ActivationBuffer() const;
+  torch::Tensor TokensOnDevice(std::vector<int64_t>& data) const;
   absl::Status AverageGradientsOverDataParallel();
   // Bytes of the distinct storages every in-flight micro-batch holds.
   int64_t StashedBytes() const;
@@ -119,6 +127,9 @@ class PipelineStage : public StageOps {
   torch::Tensor MaskBuffer() const;
 
   TrainerConfig config_;
+  torch::Device device_;
+  LayerClock clock_;
+  torch::Tensor loss_sum_;  // on the device, read once per iteration
   int stage_;
   int num_stages_;
   int dp_rank_;

@@ -138,7 +138,9 @@ absl::StatusOr<int64_t> PrunableLinearImpl::PruneBelow(float threshold,
     const int64_t kept = keep.sum().item<int64_t>();
     if (kept == before) return 0;
     const double sparsity = 1.0 - static_cast<double>(kept) / static_cast<double>(dense_size());
-    if (sparsity >= csr_min_sparsity) {
+    // The CSR kernels of kernels/ wired here run on the CPU; on a GPU the
+    // layer stays masked dense (cuBLAS), never slower than the dense layer.
+    if (sparsity >= csr_min_sparsity && !weight.is_cuda()) {
       const torch::Tensor idx = keep.reshape({-1}).nonzero().reshape({-1});
       SelectAdamWState(optimizer, weight, idx);
       SetCsr(weight.reshape({-1}).index_select(0, idx), idx.div(in_, "floor"),

@@ -22,6 +22,7 @@
 #include "trainer/checkpoint.h"
 #include "trainer/pipeline_stage.h"
 #include "trainer/repack.h"
+#include "trainer/device.h"
 #include "trainer/stage_memory.h"
 #include "trainer/token_corpus.h"
 #include "trainer/transport.h"
@@ -236,10 +237,20 @@ absl::Status LeaveReleased(const TrainerConfig& config, const DistEnv& env,
 
 }  // namespace
 
-absl::Status RunTraining(const TrainerConfig& config, const DistEnv& env,
+absl::Status RunTraining(const TrainerConfig& requested, const DistEnv& env,
                          const IterationCallback& on_iteration) {
   // Deterministic CPU kernels need a fixed thread count.
-  at::set_num_threads(config.intra_op_threads);
+  at::set_num_threads(requested.intra_op_threads);
+  TrainerConfig config = requested;
+  absl::StatusOr<torch::Device> device = ResolveDevice(config.device, env.local_rank);
+  if (!device.ok()) return device.status();
+  config.device = device->str();
+  if (config.backend == "nccl" && !device->is_cuda()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--backend=nccl needs a CUDA device (NCCL moves GPU tensors) but this rank "
+        "computes on ", config.device, "; use --backend=gloo or --device=cuda"));
+  }
+  UseDevice(*device);
 
   absl::StatusOr<std::unique_ptr<TokenCorpus>> corpus = OpenTokenCorpus(config.data);
   if (!corpus.ok()) return corpus.status();
@@ -268,7 +279,12 @@ absl::Status RunTraining(const TrainerConfig& config, const DistEnv& env,
     resume = *std::move(found);
   }
 
-  const TransportOptions transport_options{config.dp, config.timeout_s};
+  if (env.rank == 0) {
+    std::cout << "dynmo-train: device " << config.device
+              << (device->is_cuda() ? " (each rank: cuda:LOCAL_RANK)" : "") << std::endl;
+  }
+  TransportOptions transport_options{config.dp, config.timeout_s};
+  if (device->is_cuda()) transport_options.device_index = device->index();
   absl::StatusOr<std::unique_ptr<Transport>> transport =
       config.backend == "nccl" ? ConnectNcclTransport(env, transport_options)
                                : ConnectGlooTransport(env, transport_options);
@@ -290,9 +306,10 @@ absl::Status RunTraining(const TrainerConfig& config, const DistEnv& env,
     }
   }
   const int64_t first_iter = resume ? resume->manifest.iteration : 0;
-  const int64_t memory_capacity = config.memory_capacity_bytes > 0
-                                      ? config.memory_capacity_bytes
-                                      : DefaultMemoryCapacityBytes();
+  const int64_t memory_capacity =
+      config.memory_capacity_bytes > 0 ? config.memory_capacity_bytes
+      : device->is_cuda()              ? ReadDeviceMemory(*device).total_bytes
+                                       : DefaultMemoryCapacityBytes();
 
   const int num_layers = config.model.num_pipeline_layers();
   const double tokens_per_iteration = static_cast<double>(config.dp) *
@@ -410,6 +427,12 @@ absl::Status RunTraining(const TrainerConfig& config, const DistEnv& env,
       const int64_t resident = LayerResidentBytes(stage.layers()[i]);
       values[1 + 2 * num_layers + stage.first_layer() + i] = static_cast<double>(resident);
       memory_used += resident;
+    }
+    // On a GPU the caching allocator knows the truth: the iteration's peak
+    // of live tensors (every activation autograd saved included).
+    if (device->is_cuda()) {
+      memory_used = ReadDeviceMemory(*device).peak_allocated_bytes;
+      ResetPeakDeviceMemory(*device);
     }
     values[memory_at + my_stage] = static_cast<double>(memory_used);
     if (link.agent != nullptr) {

@@ -72,6 +72,9 @@ class Transport {
 struct TransportOptions {
   int dp = 1;           // data-parallel degree (world = pp * dp)
   int timeout_s = 300;  // rendezvous and per-operation timeout
+  // The GPU the rank computes on (NCCL's communicators live there); -1:
+  // LOCAL_RANK.
+  int device_index = -1;
 };
 
 // Connects this rank: a c10d TCPStore at MASTER_ADDR:MASTER_PORT (served by

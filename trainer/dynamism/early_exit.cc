@@ -28,7 +28,7 @@ torch::Tensor ActiveCausalAttention(const torch::Tensor& q, const torch::Tensor&
       q.unsqueeze(2).matmul(kb.transpose(-2, -1)).squeeze(2) * (1.0 / std::sqrt(double(d)));
   // Future positions of each token's own sequence are masked: [n, 1, T].
   const torch::Tensor future =
-      torch::arange(t, torch::kLong).unsqueeze(0) > active.pos.unsqueeze(1);
+      torch::arange(t, active.pos.options()).unsqueeze(0) > active.pos.unsqueeze(1);
   scores = scores.masked_fill(future.unsqueeze(1), -std::numeric_limits<float>::infinity());
   torch::Tensor y = torch::softmax(scores, -1).unsqueeze(2).matmul(vb).squeeze(2);
   return y.reshape({n, heads * d});
@@ -46,7 +46,7 @@ void EarlyExitHead::Decide(const torch::Tensor& out, MicroBatchContext& ctx) {
   const int64_t b = out.size(0), t = out.size(1), c = out.size(2);
   const torch::Tensor active = ctx.token_active.defined()
                                    ? ctx.token_active
-                                   : torch::ones({b, t}, torch::kBool);
+                                   : torch::ones({b, t}, out.options().dtype(torch::kBool));
   const ActiveTokens a = FindActiveTokens(active);
   const int64_t n = a.count();
   seen_ += n;

@@ -65,7 +65,7 @@ torch::Tensor MixtureOfDepthsRouter::Route(const torch::Tensor& x, MicroBatchCon
   last_selected_ = idx;
   torch::Tensor out = RunSelected(x, idx, torch::sigmoid(scores.gather(1, idx)), body);
   if (predictor_loss_weight_ > 0) {
-    torch::Tensor target = torch::zeros({b, t}).scatter(1, idx, 1.0f);
+    torch::Tensor target = torch::zeros({b, t}, x.options()).scatter(1, idx, 1.0f);
     torch::Tensor loss = F::binary_cross_entropy_with_logits(
         PredictorLogits(x.detach()), target);
     ctx.aux_losses.push_back(static_cast<float>(predictor_loss_weight_) * loss);

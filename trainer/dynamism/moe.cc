@@ -24,14 +24,14 @@ MoeRouting RouteTopTwo(const torch::Tensor& probs, int64_t capacity) {
   // a slot's position in its expert's queue decides whether it fits.
   torch::Tensor slot_expert = r.experts.t().reshape({2 * n});  // [2N]
   torch::Tensor one_hot =
-      torch::zeros({2 * n, e}, torch::kLong).scatter_(1, slot_expert.unsqueeze(1), 1);
+      torch::zeros({2 * n, e}, slot_expert.options().dtype(torch::kLong)).scatter_(1, slot_expert.unsqueeze(1), 1);
   torch::Tensor position =
       (one_hot.cumsum(0) - 1).gather(1, slot_expert.unsqueeze(1)).squeeze(1);  // [2N]
   torch::Tensor slot_kept = position < capacity;
   r.kept = slot_kept.view({2, n}).t().contiguous();
   r.dropped = (~slot_kept).sum().item<int64_t>();
 
-  torch::Tensor slot_token = torch::arange(n, torch::kLong).repeat({2});
+  torch::Tensor slot_token = torch::arange(n, slot_expert.options().dtype(torch::kLong)).repeat({2});
   torch::Tensor slot_gate = r.gates.t().reshape({2 * n});
   torch::Tensor counts = one_hot.sum(0);
   for (int64_t x = 0; x < e; ++x) {
@@ -46,7 +46,7 @@ MoeRouting RouteTopTwo(const torch::Tensor& probs, int64_t capacity) {
 torch::Tensor MoeBalanceLoss(const torch::Tensor& probs, const MoeRouting& routing) {
   const int64_t n = probs.size(0), e = probs.size(1);
   std::vector<float> counts(routing.assigned.begin(), routing.assigned.end());
-  torch::Tensor f = torch::tensor(counts) / static_cast<float>(2 * n);
+  torch::Tensor f = torch::tensor(counts).to(probs.device()) / static_cast<float>(2 * n);
   torch::Tensor p = probs.mean(0);
   return static_cast<float>(e) * (f * p).sum();
 }

@@ -40,7 +40,7 @@ absl::StatusOr<GlobalPruneResult> PruneGlobally(StageView& stage, double sparsit
   r.keep = std::llround(static_cast<double>(r.prunable) * (1.0 - sparsity));
   if (r.keep >= stored) return r;  // already as sparse as the schedule asks
   const torch::Tensor local = magnitudes.empty() ? torch::empty({0}, torch::kFloat)
-                                                 : torch::cat(magnitudes);
+                                                 : torch::cat(magnitudes).to(torch::kCPU);
   absl::StatusOr<GlobalThresholdResult> t =
       GlobalKeepThreshold(stage.transport, local, r.keep);
   if (!t.ok()) return t.status();

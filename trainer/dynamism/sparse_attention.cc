@@ -22,8 +22,9 @@ BlockPairs SelectBlockPairs(const torch::Tensor& q_buckets,
   const int64_t nb = q_buckets.size(2);
   // [BH, nb(q), nb(k)]: some round agrees.
   torch::Tensor match = (q_buckets.unsqueeze(3) == k_buckets.unsqueeze(2)).any(0);
-  torch::Tensor below = torch::tril(torch::ones({nb, nb}, torch::kBool), -1);
-  torch::Tensor diag = torch::eye(nb, torch::kBool);
+  const auto flags = match.options().dtype(torch::kBool);
+  torch::Tensor below = torch::tril(torch::ones({nb, nb}, flags), -1);
+  torch::Tensor diag = torch::eye(nb, flags);
   torch::Tensor attended = (match & below) | diag;
   torch::Tensor idx = torch::nonzero(attended);  // [P, 3]: bh, qb, kb (row-major)
   torch::Tensor b = idx.select(1, 0), qb = idx.select(1, 1), kb = idx.select(1, 2);
@@ -51,7 +52,7 @@ torch::Tensor BlockSparseAttention(const torch::Tensor& q, const torch::Tensor& 
   // Token-level causal mask inside diagonal blocks; padded keys only ever
   // sit in the last block, which is attended only as a diagonal, behind
   // every real query of it.
-  torch::Tensor future = torch::triu(torch::ones({block, block}, torch::kBool), 1);
+  torch::Tensor future = torch::triu(torch::ones({block, block}, q.options().dtype(torch::kBool)), 1);
   scores = scores.masked_fill(pairs.diagonal.view({p, 1, 1}) & future,
                               -std::numeric_limits<float>::infinity());
   // Softmax across every block a query row attends: a constant shift per
@@ -59,13 +60,13 @@ torch::Tensor BlockSparseAttention(const torch::Tensor& q, const torch::Tensor& 
   torch::Tensor row_max = std::get<0>(scores.max(-1)).detach();  // [P, bs]
   torch::Tensor index = pairs.query_block.unsqueeze(1).expand({p, block}).contiguous();
   torch::Tensor group_max =
-      torch::full({groups, block}, -std::numeric_limits<float>::infinity())
+      torch::full({groups, block}, -std::numeric_limits<float>::infinity(), row_max.options())
           .scatter_reduce(0, index, row_max, "amax", /*include_self=*/true);
   torch::Tensor weights =
       torch::exp(scores - group_max.index_select(0, pairs.query_block).unsqueeze(-1));
   torch::Tensor denom =
-      torch::zeros({groups, block}).index_add(0, pairs.query_block, weights.sum(-1));
-  torch::Tensor numer = torch::zeros({groups, block, d})
+      torch::zeros({groups, block}, weights.options()).index_add(0, pairs.query_block, weights.sum(-1));
+  torch::Tensor numer = torch::zeros({groups, block, d}, weights.options())
                             .index_add(0, pairs.query_block, torch::bmm(weights, vs));
   torch::Tensor out = (numer / denom.unsqueeze(-1)).reshape({bh, nb * block, d});
   using torch::indexing::Slice;

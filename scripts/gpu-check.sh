@@ -1,0 +1,421 @@
+#!/usr/bin/env bash
+# The GPU check: builds DynMo on a GPU machine that has PyTorch, CUDA's nvcc,
+# CMake and g++ but no package registry, and reports what works there, all
+# in one file, $OUT/gpu-check.txt (build-gpu/out/ when OUT is unset), with
+# nvidia-smi at the top. Run from the repository root on that machine, with
+# build-gpu-kit/ (made here by scripts/gpu-kit.sh) beside the tree.
+#
+#  1. unpacks every .deb of build-gpu-kit/ into a private prefix,
+#     build-gpu/prefix (gRPC, Protobuf, Abseil, prometheus-cpp, GoogleTest,
+#     Benchmark, gloo's headers, ninja), and points CMake, pkg-config, the
+#     compiler, the linker and the loader at it;
+#  2. configures build-gpu/ against the machine's own LibTorch (python3's
+#     torch) and builds everything with all cores;
+#  3. runs the CUDA tests, then the whole ctest suite;
+#  4. trains with dynmo-train: 1 rank on CUDA, 2 ranks (pp=2, gloo) on CUDA
+#     and on CPU, a forced layer migration, a re-pack by the test policy and
+#     one by the coordinator, NCCL when it was built; compares the losses;
+#  5. runs the CSR SpMM kernel benchmark.
+# A failing step is recorded as FAIL and the rest still runs; the exit
+# status is non-zero when any step failed.
+#
+#   bash scripts/gpu-check.sh [--configure-only | --build-only | --runs-only]
+#       [--skip-full-ctest] [--build-dir=DIR] [--torch-dir=DIR] [--kit=DIR]
+#       [-- EXTRA CMAKE ARGS]
+#
+# --configure-only stops after CMake's configure step and the check that
+# CMake took every package from the private prefix (it runs on any machine);
+# --build-only stops after the build (a later call on the same warm machine
+# runs the rest); --runs-only does only the training runs and the benchmark
+# with the binaries already in the build folder. --torch-dir gives Torch_DIR
+# instead of asking python3.
+# DYNMO_GPU_NCCL=0 leaves NCCL out (default: use the nvidia-nccl wheel's).
+# Functions run through step, which shellcheck does not follow:
+# shellcheck disable=SC2317,SC1091
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+root=$PWD
+
+mode=all
+full_ctest=1
+build="build-gpu"
+kit="build-gpu-kit"
+torch_dir=
+extra=()
+while (($#)); do
+  arg=$1
+  shift
+  case $arg in
+    --) extra=("$@"); break ;;
+    --configure-only) mode=configure ;;
+    --build-only) mode=build ;;
+    --runs-only) mode=runs ;;
+    --skip-full-ctest) full_ctest=0 ;;
+    --build-dir=*) build=${arg#*=} ;;
+    --torch-dir=*) torch_dir=${arg#*=} ;;
+    --kit=*) kit=${arg#*=} ;;
+    -h | --help) sed -n '2,/^# Functions run/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "gpu-check: unknown argument '$arg' (see --help)" >&2; exit 2 ;;
+  esac
+done
+case $build in /*) ;; *) build=$root/$build ;; esac
+case $kit in /*) ;; *) kit=$root/$kit ;; esac
+prefix=$build/prefix
+lib=$prefix/usr/lib/x86_64-linux-gnu
+bin=$build/bin
+logs=$build/logs
+runs=$build/runs
+out=${OUT:-$build/out}
+report=$out/gpu-check.txt
+rm -rf "$logs" "$runs"
+mkdir -p "$out" "$logs" "$runs" || exit 1
+: >"$report"
+
+# python3 as the machine has it: the prefix's libraries stay out of it.
+py() { env -u LD_LIBRARY_PATH -u LIBRARY_PATH -u CPATH python3 "$@"; }
+say() { printf '%s\n' "$*" | tee -a "$report"; }
+# A section of the report: a title, then the command's output.
+section() {
+  local title=$1; shift
+  { echo; echo "=== $title"; "$@" 2>&1; } | tee -a "$report"
+}
+
+results=()
+failures=0
+# T=SECONDS TAIL=LINES step NAME CMD...: runs CMD (a program under a timeout,
+# or a function of this script) with its output in $logs/NAME.log, records
+# PASS or FAIL, and copies the log's last TAIL lines (80 on failure) into
+# the report.
+step() {
+  local name=$1; shift
+  local log=$logs/$name.log t0=$SECONDS rc status
+  say ""
+  say "=== $name: $*"
+  if declare -F "$1" >/dev/null; then
+    "$@" >"$log" 2>&1
+  else
+    timeout -k 10 "${T:-300}" "$@" >"$log" 2>&1
+  fi
+  rc=$?
+  status=PASS
+  if ((rc != 0)); then
+    status=FAIL
+    failures=$((failures + 1))
+  fi
+  tail -n "$([ "$status" = PASS ] && echo "${TAIL:-25}" || echo 80)" "$log" |
+    sed 's/^/    /' >>"$report"
+  local note=
+  ((rc == 124 || rc == 137)) && note=", timed out after ${T:-300}s"
+  say "--- $name: $status (exit $rc$note, $((SECONDS - t0))s; full log $log)"
+  results+=("$(printf '%-4s  %-22s %5ss' "$status" "$name" "$((SECONDS - t0))")")
+  return "$rc"
+}
+skip() {
+  say ""
+  say "=== $1: SKIP ($2)"
+  results+=("$(printf '%-4s  %-22s %6s  %s' SKIP "$1" "" "$2")")
+}
+finish() {
+  say ""
+  say "=== summary: $failures failed"
+  printf '%s\n' "${results[@]}" | tee -a "$report"
+  tar -czf "$out/gpu-check-logs.tar.gz" -C "$build" logs runs 2>/dev/null
+  say "report: $report; logs: $out/gpu-check-logs.tar.gz"
+  ((failures == 0))
+  exit
+}
+
+# --- the machine -----------------------------------------------------------
+say "DynMo GPU check, $(date -u '+%Y-%m-%d %H:%M:%S UTC'), mode $mode"
+say "tree: $(git -C "$root" describe --always --dirty 2>/dev/null || echo 'no git metadata')"
+if [ "$mode" != configure ]; then
+  T=60 TAIL=40 step nvidia-smi nvidia-smi
+fi
+machine() {
+  echo "host: $(uname -srm), $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo)"
+  echo "os: $(. /etc/os-release 2>/dev/null && echo "${PRETTY_NAME:-?}")"
+  echo "glibc: $(ldd --version 2>&1 | head -1)"
+  echo "c++: $(c++ --version 2>&1 | head -1)"
+  echo "cmake: $(cmake --version 2>&1 | head -1)"
+  echo "nvcc: $( (nvcc --version || /usr/local/cuda/bin/nvcc --version) 2>/dev/null | tail -1 || echo none)"
+  echo "torch: $(py -c 'import torch; c = torch.cuda.is_available(); print(torch.__version__, "cuda", torch.version.cuda, "available" if c else "NOT available", torch.cuda.get_device_name(0) if c else "")' 2>&1 | tail -1)"
+}
+section machine machine
+if [ -f "$kit/MANIFEST.tsv" ]; then
+  say "kit: $(wc -l <"$kit/MANIFEST.tsv") packages, $(du -sh "$kit" | cut -f1) in $kit"
+fi
+
+# --- 1. the private prefix ---------------------------------------------------
+extract() {  # extract DEB: dpkg-deb where there is one, else ar + tar
+  if command -v dpkg-deb >/dev/null; then
+    dpkg-deb -x "$1" "$prefix"
+  else
+    local member z=()
+    member=$(ar t "$1" | grep '^data\.tar') || return 1
+    case $member in *.xz) z=(-J) ;; *.gz) z=(-z) ;; *.zst) z=(--zstd) ;; esac
+    ar p "$1" "$member" | tar -x "${z[@]}" -f - -C "$prefix"
+  fi
+}
+unpack() {
+  shopt -s nullglob
+  local debs=("$kit"/*.deb) d l t so sys base
+  shopt -u nullglob
+  if ((${#debs[@]} == 0)); then
+    echo "no .deb in $kit: run 'bash scripts/gpu-kit.sh' where Debian's registry is, and carry build-gpu-kit"
+    return 1
+  fi
+  rm -rf "$prefix"
+  mkdir -p "$prefix"
+  for d in "${debs[@]}"; do extract "$d" || { echo "cannot unpack $d"; return 1; }; done
+  echo "unpacked ${#debs[@]} packages into $prefix"
+  # Some Debian 12 packages still install into /lib: merge it into usr/.
+  for d in lib lib64 bin sbin; do
+    if [ -d "$prefix/$d" ] && [ ! -L "$prefix/$d" ]; then
+      mkdir -p "$prefix/usr/$d"
+      cp -a "$prefix/$d/." "$prefix/usr/$d/"
+      rm -rf "${prefix:?}/$d"
+    fi
+  done
+  # Absolute symbolic links (libz.so -> /lib/...) point into the prefix.
+  while IFS= read -r -d '' l; do
+    t=$(readlink "$l")
+    case $t in
+      /lib/* | /lib64/* | /bin/* | /sbin/*) ln -sfn "$prefix/usr$t" "$l" ;;
+      /*) ln -sfn "$prefix$t" "$l" ;;
+    esac
+  done < <(find "$prefix" -type l -print0)
+  # CMake configs and pkg-config files that name /usr name the prefix.
+  local p
+  p=$(printf '%s' "$prefix" | sed 's/[#&\\]/\\&/g')
+  find "$prefix" -name '*.cmake' -print0 | xargs -0 -r grep -lZ '/usr' |
+    xargs -0 -r sed -i -E "s#([\"' ;(=])/usr([/\"' ;)]|\$)#\\1$p/usr\\2#g"
+  find "$prefix" -name '*.pc' -print0 | xargs -0 -r grep -lZ '/usr' |
+    xargs -0 -r sed -i -E "s#(^|[=\" ]|-I|-L)/usr(/|\$|[ \"])#\\1$p/usr\\2#g"
+  echo "configs pointing at $prefix/usr: $(grep -rl "$prefix/usr" --include='*.cmake' --include='*.pc' "$prefix" | wc -l)"
+  # Where the machine has these general-purpose libraries itself, its copies
+  # (as new or newer, and what its own programs load) win over the kit's:
+  # an older libssl or libz on LD_LIBRARY_PATH could break cmake or curl.
+  for so in libssl.so.3 libcrypto.so.3 libz.so.1 libcurl.so.4; do
+    sys=$(ldconfig -p 2>/dev/null | awk -v s="$so" '$1 == s && $NF !~ /^\/.*\/prefix\// { print $NF; exit }')
+    if [ -z "$sys" ] || [ ! -e "$lib/$so" ]; then continue; fi
+    base=${so%%.so.*}.so
+    rm -f "$lib/$so" "$lib/$so".*
+    [ -L "$lib/$base" ] && ln -sfn "$sys" "$lib/$base"
+    echo "the machine's $so ($sys) serves instead of the kit's"
+  done
+}
+T=300 TAIL=20 step unpack unpack || finish
+
+export PATH="$prefix/usr/bin:$PATH"
+export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export LIBRARY_PATH="$lib${LIBRARY_PATH:+:$LIBRARY_PATH}"
+# gloo's headers (torch's ProcessGroupGloo.hpp includes them) and the rest.
+export CPATH="$prefix/usr/include:$prefix/usr/include/x86_64-linux-gnu${CPATH:+:$CPATH}"
+export PKG_CONFIG_PATH="$lib/pkgconfig:$prefix/usr/share/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+
+tools() {
+  local rc=0 f
+  echo "protoc: $(protoc --version)" || rc=1
+  echo "ninja: $(ninja --version)" || rc=1
+  echo "pkg-config re2/grpc++/protobuf: $(pkg-config --modversion re2 grpc++ protobuf | tr '\n' ' ')" || rc=1
+  for f in "$prefix/usr/bin/protoc" "$prefix/usr/bin/grpc_cpp_plugin" "$lib"/libgrpc++.so.1.51 "$lib"/libprotobuf.so.32; do
+    if ldd "$f" | grep 'not found'; then echo "$f: libraries missing (above)"; rc=1; fi
+  done
+  command -v protoc grpc_cpp_plugin ninja pkg-config
+  return "$rc"
+}
+T=60 TAIL=10 step tools tools
+
+# --- 2. configure and build --------------------------------------------------
+if [ -z "$torch_dir" ]; then
+  torch_prefix=$(py -c 'import torch.utils; print(torch.utils.cmake_prefix_path)' 2>/dev/null)
+  [ -n "$torch_prefix" ] && torch_dir=$torch_prefix/Torch
+fi
+cmake_args=(-S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+  "-DCMAKE_MAKE_PROGRAM=$(command -v ninja)"
+  "-DCMAKE_PREFIX_PATH=$prefix/usr;$lib/cmake${torch_dir:+;$(dirname "$torch_dir")}"
+  "-DProtobuf_ROOT=$prefix/usr" "-DOPENSSL_ROOT_DIR=$prefix/usr"
+  "-DZLIB_ROOT=$prefix/usr" "-DCURL_ROOT=$prefix/usr")
+[ -n "$torch_dir" ] && cmake_args+=("-DTorch_DIR=$torch_dir")
+# Every package with a CMake config, named outright: nothing from /usr.
+for pkg in absl:absl gRPC:grpc prometheus-cpp:prometheus-cpp GTest:GTest \
+  benchmark:benchmark civetweb:civetweb; do
+  [ -d "$lib/cmake/${pkg#*:}" ] && cmake_args+=("-D${pkg%%:*}_DIR=$lib/cmake/${pkg#*:}")
+done
+[ -d "$prefix/usr/share/cmake/nlohmann_json" ] &&
+  cmake_args+=("-Dnlohmann_json_DIR=$prefix/usr/share/cmake/nlohmann_json")
+cmake_args+=("${extra[@]}")
+# NCCL from the nvidia-nccl wheel torch runs on (its library has no
+# libnccl.so link for find_library, and its header is not on any path).
+if [ "${DYNMO_GPU_NCCL:-1}" != 0 ] && [ "$mode" != configure ]; then
+  nccl=$(py -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null)
+  if [ -n "$nccl" ] && [ -e "$nccl/lib/libnccl.so.2" ]; then
+    cmake_args+=("-DDYNMO_NCCL_LIBRARY=$nccl/lib/libnccl.so.2")
+    export CPATH="$CPATH:$nccl/include"
+  fi
+fi
+
+configure() {
+  if [ -z "$torch_dir" ]; then
+    echo "no Torch_DIR (python3 has no torch, no --torch-dir): LibTorch parts are left out"
+  fi
+  echo "cmake ${cmake_args[*]}"
+  cmake "${cmake_args[@]}"
+}
+# Each package the build needs must come from the private prefix.
+check_cache() {
+  local cache=$build/CMakeCache.txt bad=0 key val where
+  for key in absl_DIR gRPC_DIR prometheus-cpp_DIR GTest_DIR benchmark_DIR \
+    nlohmann_json_DIR civetweb_DIR Protobuf_INCLUDE_DIR Protobuf_LIBRARY_RELEASE \
+    Protobuf_PROTOC_EXECUTABLE Protobuf_PROTOC_LIBRARY_RELEASE \
+    c-ares_INCLUDE_DIR c-ares_LIBRARY RE2_PREFIX pkgcfg_lib_RE2_re2 \
+    OPENSSL_INCLUDE_DIR ZLIB_INCLUDE_DIR CURL_INCLUDE_DIR; do
+    val=$(grep -m1 "^$key:" "$cache" | cut -d= -f2-)
+    if [ -z "$val" ] || [[ $val == *-NOTFOUND ]]; then
+      printf '%-34s (not found; the build does not use it)\n' "$key"
+      continue
+    fi
+    case $val in
+      "$prefix"/*) where=prefix ;;
+      *) where='OUTSIDE THE PREFIX'; bad=1 ;;
+    esac
+    printf '%-34s %s  [%s]\n' "$key" "$val" "$where"
+  done
+  for key in Torch_DIR CMAKE_CUDA_COMPILER DYNMO_NCCL_LIBRARY CMAKE_CXX_COMPILER; do
+    printf '%-34s %s\n' "$key" "$(grep -m1 "^$key:" "$cache" | cut -d= -f2-)"
+  done
+  grep -E 'kernels: |dynmo-train: ' "$logs/configure.log"
+  return "$bad"
+}
+if [ "$mode" = runs ]; then
+  skip configure "--runs-only: the binaries already in $bin"
+else
+  T=600 TAIL=30 step configure configure || finish
+  T=60 TAIL=40 step cmake-cache check_cache
+  [ "$mode" = configure ] && finish
+  T=3600 TAIL=15 step build cmake --build "$build" -j "$(nproc)"
+  [ "$mode" = build ] && finish
+
+  # --- 3. tests --------------------------------------------------------------
+  T=600 TAIL=40 step ctest-cuda ctest --test-dir "$build" -R 'cuda|Cuda|CUDA|gpu|Gpu' \
+    --output-on-failure --no-tests=error
+  if ((full_ctest)); then
+    T=1800 TAIL=40 step ctest-all ctest --test-dir "$build" -j 8 --output-on-failure
+  else
+    skip ctest-all "--skip-full-ctest"
+  fi
+fi
+
+# --- 4. training runs ----------------------------------------------------------
+help=$("$bin/dynmo-train" --helpfull 2>&1 || true)
+if grep -q -- '--device' <<<"$help"; then
+  cuda=(--device=cuda)
+  cpu=(--device=cpu)
+  dev=cuda
+else
+  cuda=()
+  cpu=()
+  dev=cpu
+  say ""
+  say "=== dynmo-train has no --device flag: the CUDA runs are skipped, the multi-rank runs train on CPU"
+fi
+job=(--pp=2 --layers=8 --backend=gloo)
+steps=(--steps=20)
+# train NAME [launcher flags --] trainer flags: one run, its records in $runs.
+train() {
+  local name=$1; shift
+  local launch=()
+  if [ "$1" = launch ]; then
+    shift
+    while [ "$1" != -- ]; do launch+=("$1"); shift; done
+    shift
+    launch=("$bin/dynmo-launch" "${launch[@]}" --)
+  fi
+  rm -f "$runs/$name.jsonl"
+  T=300 TAIL=8 step "$name" "${launch[@]}" "$bin/dynmo-train" "$@" --log_json="$runs/$name.jsonl"
+}
+pairs=()
+if [ "$dev" = cuda ]; then
+  train cuda-pp1 --layers=8 --steps=20 "${cuda[@]}"
+  pairs+=(cuda-pp1:cpu-pp2)
+else
+  skip cuda-pp1 "dynmo-train has no --device"
+fi
+train "$dev-pp2" launch --nproc 2 -- "${job[@]}" "${steps[@]}" "${cuda[@]}"
+[ "$dev" = cuda ] && train cpu-pp2 launch --nproc 2 -- "${job[@]}" "${steps[@]}" "${cpu[@]}" &&
+  pairs+=(cuda-pp2:cpu-pp2)
+train "$dev-migrate" launch --nproc 2 -- "${job[@]}" "${steps[@]}" "${cuda[@]}" \
+  --test_migrate_every=2 '--test_migration_boundaries=0,4,10;0,6,10'
+pairs+=("$dev-migrate:$dev-pp2")
+# Re-packing (tests/trainer/dynmo_train_repack_test.cc): the test policy
+# keeps stage 1 alone from iteration 3, then the coordinator's own plan.
+train "$dev-repack" launch --nproc 2 -- "${job[@]}" "${steps[@]}" "${cuda[@]}" \
+  --test_migrate_every=3 --test_migration_boundaries=1@0,10
+pairs+=("$dev-repack:$dev-pp2")
+train "$dev-repack-coord" launch --nproc 2 --job=repack -- "${job[@]}" "${cuda[@]}" \
+  --steps=30 --trigger=every:3 --repack --repack_tolerance=10
+pairs+=("$dev-repack-coord:$dev-pp2")
+if [ "$dev" = cuda ] && ldd "$bin/dynmo-train" 2>/dev/null | grep -q libnccl; then
+  train nccl-pp2 launch --nproc 2 -- "${job[@]/--backend=gloo/--backend=nccl}" "${steps[@]}" "${cuda[@]}"
+  pairs+=(nccl-pp2:cuda-pp2)
+else
+  skip nccl-pp2 "dynmo-train has no NCCL transport, or no --device"
+fi
+
+# Losses per run, and each pair's agreement over the iterations both ran.
+compare_losses() {
+  py - "$runs" 1e-2 "${pairs[@]}" <<'EOF'
+import json, os, sys
+runs, tol, pairs = sys.argv[1], float(sys.argv[2]), sys.argv[3:]
+def losses(name):
+    path = os.path.join(runs, name + ".jsonl")
+    if not os.path.exists(path):
+        return None
+    out = []
+    for line in open(path):
+        try:
+            r = json.loads(line)
+        except ValueError:
+            continue
+        if "loss" in r:
+            out.append(float(r["loss"]))
+    return out
+names = sorted(f[:-6] for f in os.listdir(runs) if f.endswith(".jsonl"))
+data = {n: losses(n) for n in names}
+print(f"{'run':<20}{'iters':>6}{'first loss':>14}{'final loss':>14}")
+for n in names:
+    l = data[n]
+    print(f"{n:<20}{len(l):>6}" + (f"{l[0]:>14.6f}{l[-1]:>14.6f}" if l else "  (no loss records)"))
+print(f"\n{'pair':<36}{'iters':>6}{'final a':>12}{'final b':>12}{'max |diff|':>12}{'rel final':>11}  verdict")
+bad = 0
+for p in pairs:
+    a, b = p.split(":")
+    la, lb = data.get(a), data.get(b)
+    if not la or not lb:
+        print(f"{a + ' vs ' + b:<36}  n/a (a run is missing)")
+        continue
+    n = min(len(la), len(lb))
+    diff = max(abs(x - y) for x, y in zip(la[:n], lb[:n]))
+    rel = abs(la[n - 1] - lb[n - 1]) / max(abs(lb[n - 1]), 1e-12)
+    verdict = "bit-identical" if la[:n] == lb[:n] else ("close" if rel <= tol else "DIFFERENT")
+    if verdict == "DIFFERENT":
+        bad += 1
+    print(f"{a + ' vs ' + b:<36}{n:>6}{la[n-1]:>12.6f}{lb[n-1]:>12.6f}{diff:>12.3e}{rel:>11.2e}  {verdict}")
+print(f"\ntolerance: relative difference of the last common loss <= {tol}")
+sys.exit(1 if bad else 0)
+EOF
+}
+TAIL=40 step losses compare_losses
+
+# --- 5. the kernel benchmark -------------------------------------------------
+benches=()
+for b in "$bin"/dynmo-bench-kernels*; do [ -x "$b" ] && benches+=("$b"); done
+if ((${#benches[@]})); then
+  for b in "${benches[@]}"; do
+    T=300 TAIL=60 step "$(basename "$b")" "$b" --benchmark_min_time=0.05
+  done
+else
+  skip bench-kernels "no dynmo-bench-kernels in $bin"
+fi
+
+finish

@@ -1,0 +1,152 @@
+// Device placement (trainer/device.h) and per-layer clocks
+// (trainer/layer_clock.h). What needs a GPU runs only where LibTorch sees
+// one and is skipped with a message elsewhere (CI has none); the rest runs
+// on every machine.
+#include <time.h>
+#include <torch/cuda.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "trainer/device.h"
+#include "trainer/layer_clock.h"
+#include "trainer/layer_state.h"
+
+namespace dynmo::trainer {
+namespace {
+
+using ::testing::HasSubstr;
+
+bool HaveCuda() { return torch::cuda::device_count() > 0; }
+
+#define SKIP_WITHOUT_CUDA()                                                   \
+  if (!HaveCuda()) GTEST_SKIP() << "no CUDA device visible to LibTorch: the " \
+                                   "GPU path runs in scripts/gpu-check.sh"
+
+TrainerConfig TinyConfig(const std::string& device) {
+  TrainerConfig c;
+  c.model.num_blocks = 2;
+  c.model.hidden = 16;
+  c.model.heads = 2;
+  c.model.seq_len = 8;
+  c.model.vocab = 32;
+  c.lr = 0.01;
+  c.device = device;
+  return c;
+}
+
+TEST(DeviceTest, CpuIsAlwaysThereAndAutoFollowsTheVisibleDevices) {
+  absl::StatusOr<torch::Device> cpu = ResolveDevice("cpu", 3);
+  ASSERT_TRUE(cpu.ok());
+  EXPECT_TRUE(cpu->is_cpu());
+  absl::StatusOr<torch::Device> automatic = ResolveDevice("auto", 0);
+  ASSERT_TRUE(automatic.ok());
+  EXPECT_EQ(automatic->is_cuda(), HaveCuda());
+}
+
+TEST(DeviceTest, CudaWithoutADeviceIsAClearError) {
+  if (HaveCuda()) GTEST_SKIP() << "a CUDA device is visible";
+  absl::StatusOr<torch::Device> d = ResolveDevice("cuda", 0);
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(d.status().message(), HasSubstr("no CUDA device"));
+  EXPECT_THAT(d.status().message(), HasSubstr("--device=cpu"));
+}
+
+TEST(DeviceTest, CudaMeansThisLocalRanksDevice) {
+  SKIP_WITHOUT_CUDA();
+  const int n = static_cast<int>(torch::cuda::device_count());
+  absl::StatusOr<torch::Device> d = ResolveDevice("cuda", n + 1);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->index(), (n + 1) % n);
+  EXPECT_FALSE(ResolveDevice(absl::StrCat("cuda:", n), 0).ok());
+}
+
+TEST(DeviceTest, ConfigNamesTheDevice) {
+  EXPECT_TRUE(DeviceOf(TinyConfig("cpu")).is_cpu());
+  EXPECT_TRUE(DeviceOf(TinyConfig("auto")).is_cpu()) << "unresolved auto builds on cpu";
+  EXPECT_EQ(DeviceOf(TinyConfig("cuda:1")), torch::Device(torch::kCUDA, 1));
+  TrainerConfig bad = TinyConfig("gpu");
+  absl::Status s = ValidateConfig(bad, 1);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.message(), HasSubstr("--device must be auto, cpu, cuda or cuda:N"));
+  bad = TinyConfig("cpu");
+  bad.layer_clock = "sundial";
+  EXPECT_THAT(ValidateConfig(bad, 1).message(), HasSubstr("--layer_clock"));
+}
+
+TEST(DeviceTest, CpuHasNoAllocatorBytes) {
+  const DeviceMemory m = ReadDeviceMemory(torch::Device(torch::kCPU));
+  EXPECT_EQ(m.allocated_bytes, 0);
+  EXPECT_EQ(m.total_bytes, 0);
+}
+
+// Work between Start and Stop shows up in the slot; no bound on how much.
+TEST(LayerClockTest, EveryCpuClockAddsItsSpanToItsSlot) {
+  for (int id : {-1, static_cast<int>(CLOCK_THREAD_CPUTIME_ID)}) {
+    LayerClock clock(torch::Device(torch::kCPU), id);
+    double slot = 0;
+    const LayerClock::Span span = clock.Start();
+    torch::Tensor x = torch::randn({128, 128});
+    for (int i = 0; i < 20; ++i) x = torch::tanh(x.matmul(x));
+    clock.Stop(span, &slot);
+    EXPECT_GT(slot, 0) << "clock " << id;
+    const double before = slot;
+    clock.Collect();
+    EXPECT_EQ(slot, before) << "cpu spans are added at Stop";
+  }
+}
+
+TEST(LayerClockTest, CudaEventsAreReadOnceAtCollect) {
+  SKIP_WITHOUT_CUDA();
+  const torch::Device gpu(torch::kCUDA, 0);
+  LayerClock clock(gpu);
+  double first = 0, second = 0;
+  torch::Tensor x = torch::randn({1024, 1024}, torch::TensorOptions().device(gpu));
+  LayerClock::Span a = clock.Start();
+  x = x.matmul(x);
+  clock.Stop(a, &first);
+  LayerClock::Span b = clock.Start();
+  x = x.matmul(x);
+  clock.Stop(b, &second);
+  EXPECT_EQ(first, 0) << "nothing is read before Collect";
+  clock.Collect();
+  EXPECT_GT(first, 0);
+  EXPECT_GT(second, 0);
+  clock.Collect();  // nothing pending: a no-op
+}
+
+TEST(DeviceTest, AStateCapturedOnCpuRestoresOntoTheGpuAndTrainsAlike) {
+  SKIP_WITHOUT_CUDA();
+  const TrainerConfig cpu_config = TinyConfig("cpu");
+  const TrainerConfig gpu_config = TinyConfig("cuda:0");
+  OwnedLayer cpu = MakeOwnedLayer(cpu_config, 1);
+  auto step = [](OwnedLayer& owned, torch::Device d) {
+    torch::manual_seed(11);
+    torch::Tensor x = torch::randn({2, 8, 16}).to(d);
+    MicroBatchContext ctx;
+    owned.optimizer->zero_grad();
+    owned.layer->Forward(x, ctx).pow(2).mean().backward();
+    owned.optimizer->step();
+  };
+  step(cpu, torch::kCPU);
+  absl::StatusOr<OwnedLayer> gpu = RestoreLayer(gpu_config, CaptureLayerState(cpu));
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  for (const auto& p : gpu->layer->parameters()) EXPECT_TRUE(p.is_cuda());
+  step(cpu, torch::kCPU);
+  step(*gpu, torch::Device("cuda:0"));
+  auto pc = cpu.layer->named_parameters(), pg = gpu->layer->named_parameters();
+  for (const auto& item : pc) {
+    EXPECT_TRUE(torch::allclose(item.value(), pg.find(item.key())->cpu(), 1e-4, 1e-5))
+        << item.key();
+  }
+  const DeviceMemory m = ReadDeviceMemory(torch::Device("cuda:0"));
+  EXPECT_GT(m.allocated_bytes, 0);
+  EXPECT_GT(m.total_bytes, m.allocated_bytes);
+}
+
+}  // namespace
+}  // namespace dynmo::trainer
