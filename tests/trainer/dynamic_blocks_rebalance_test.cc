@@ -44,7 +44,7 @@ std::vector<std::string> Job(const std::string& name, int steps,
   std::vector<std::string> flags = {
       "--micro_batch=4", "--microbatches=4",
       absl::StrCat("--steps=", steps), "--lr=0.003", "--seed=3",
-      "--intra_op_threads=1", "--pp=2", "--timeout_s=120",
+      "--intra_op_threads=1", "--layer_clock=cpu", "--pp=2", "--timeout_s=120",
       "--coordinator=embedded", absl::StrCat("--job=", name, "-", getpid()),
       "--balancer=time", "--trigger=every:4"};
   flags.insert(flags.end(), model.begin(), model.end());

@@ -25,7 +25,7 @@ std::vector<std::string> TinyModel(std::vector<std::string> extra = {}) {
   std::vector<std::string> flags = {"--layers=4", "--hidden=32", "--heads=4",
                                     "--seq_len=16", "--micro_batch=2",
                                     "--microbatches=4", "--steps=7", "--lr=0.01",
-                                    "--seed=7", "--intra_op_threads=1",
+                                    "--seed=7", "--intra_op_threads=1", "--layer_clock=cpu",
                                     "--timeout_s=60"};
   flags.insert(flags.end(), extra.begin(), extra.end());
   return flags;

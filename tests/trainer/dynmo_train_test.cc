@@ -150,32 +150,28 @@ TEST(DynmoTrainTest, LiveMigrationWithDataParallelReplicasIsBitIdentical) {
 }
 
 TEST(DynmoTrainTest, AKilledRankStopsItsPeersWithAClearError) {
-  const auto start = std::chrono::steady_clock::now();
-  JobResult run = RunJob(2, TinyModel({"--pp=2", "--steps=100000", "--timeout_s=60"}),
-                         std::chrono::seconds(90), /*kill_rank=*/1,
+  // The collective timeout (1000 s) is far beyond the harness's guard
+  // (240 s, after which it SIGKILLs rank 0): rank 0 exiting 1 with the error
+  // proves it saw the broken connection, with no clock in the assertion.
+  JobResult run = RunJob(2, TinyModel({"--pp=2", "--steps=100000", "--timeout_s=1000"}),
+                         std::chrono::seconds(240), /*kill_rank=*/1,
                          /*kill_after_iters=*/2);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(run.exit_codes[1], 128 + SIGKILL);
   EXPECT_EQ(run.exit_codes[0], 1) << run.AllLogs();
   EXPECT_THAT(run.logs[0], HasSubstr("dynmo-train: error: rank 0"));
-  // Detected from the broken connection, well before the 60 s timeout.
-  EXPECT_LT(seconds, 45) << run.AllLogs();
 }
 
 TEST(DynmoTrainTest, ARankThatDiesDuringRendezvousStopsRankZeroWithinTheTimeout) {
-  const auto start = std::chrono::steady_clock::now();
   // Rank 1 is killed at once: in the store rendezvous or Gloo's full-mesh
-  // connect, depending on how far it got.
+  // connect, depending on how far it got. Rank 0 must give up by its 5 s
+  // timeout; a rank 0 that hung would be SIGKILLed by the harness's guard
+  // (exit 137), so the exit code says it, not a clock.
   JobResult run = RunJob(2, TinyModel({"--pp=2", "--timeout_s=5"}),
-                         std::chrono::seconds(90), /*kill_rank=*/1,
+                         std::chrono::seconds(240), /*kill_rank=*/1,
                          /*kill_after_iters=*/0);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(run.exit_codes[1], 128 + SIGKILL);
   EXPECT_EQ(run.exit_codes[0], 1) << run.AllLogs();
   EXPECT_THAT(run.logs[0], HasSubstr("dynmo-train: error: rank 0 connecting"));
-  EXPECT_LT(seconds, 40) << run.AllLogs();
 }
 
 // Runs one process with `flags` and returns (exit code, output).
@@ -204,10 +200,10 @@ TEST(DynmoTrainTest, BadFlagsAndInconsistentConfigsGiveOneLineErrors) {
       {0, TinyModel({"--data=/nonexistent/corpus.txt"}), "cannot open --data=/nonexistent/corpus.txt"},
       {0, TinyModel({"--steps=0"}), "--steps must be >= 1"},
       {0, TinyModel({"--backend=mpi"}), "--backend must be gloo or nccl, not 'mpi'"},
-#ifndef DYNMO_TEST_EXPECTS_NCCL
-      // The CPU build has no NCCL: asking for it is a clear error, not a crash.
-      {0, TinyModel({"--backend=nccl"}), "built without NCCL"},
-#endif
+      // NCCL moves GPU tensors: asking for it on the CPU is a clear error.
+      {0, TinyModel({"--backend=nccl", "--device=cpu"}),
+       "--backend=nccl needs a CUDA device"},
+      {0, TinyModel({"--device=tpu"}), "--device must be auto, cpu, cuda or cuda:N"},
       {0, TinyModel({"--test_migrate_every=2"}), "needs --test_migration_boundaries"},
       {2, TinyModel({"--pp=2", "--test_migrate_every=2", "--test_migration_boundaries=0,6"}),
        "--test_migration_boundaries entry 0,6"},

@@ -24,7 +24,7 @@ std::vector<std::string> EarlyExitJob(int steps, std::vector<std::string> extra 
   std::vector<std::string> flags = {
       "--layers=8", "--hidden=64", "--heads=4", "--seq_len=32",
       "--micro_batch=4", "--microbatches=4", "--steps=" + std::to_string(steps),
-      "--lr=0.01", "--seed=7", "--intra_op_threads=1", "--timeout_s=60",
+      "--lr=0.01", "--seed=7", "--intra_op_threads=1", "--layer_clock=cpu", "--timeout_s=60",
       "--dynamism=early-exit", "--exit_after=2", "--exit_threshold=0",
       "--exit_warmup_iters=4"};
   flags.insert(flags.end(), extra.begin(), extra.end());

@@ -24,7 +24,7 @@ std::vector<std::string> FreezingJob(int steps, std::vector<std::string> extra =
   std::vector<std::string> flags = {
       "--layers=8", "--hidden=64", "--heads=4", "--seq_len=32",
       "--micro_batch=4", "--microbatches=4", "--steps=" + std::to_string(steps),
-      "--lr=0.01", "--seed=7", "--intra_op_threads=1", "--timeout_s=60",
+      "--lr=0.01", "--seed=7", "--intra_op_threads=1", "--layer_clock=cpu", "--timeout_s=60",
       "--dynamism=freezing", "--freeze_every=2", "--freeze_window=1",
       "--freeze_threshold=100", "--freeze_max_layers=5"};
   flags.insert(flags.end(), extra.begin(), extra.end());

@@ -7,9 +7,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
-#include <functional>
 #include <limits>
 #include <vector>
 
@@ -120,18 +118,7 @@ TEST(SparseAttentionTest, MatchesTheCpuReferenceKernelOnRandomBuckets) {
   EXPECT_TRUE(torch::allclose(ours, reference, 1e-5, 1e-5));
 }
 
-double MinSeconds(const std::function<void()>& f, int runs) {
-  double best = 1e30;
-  for (int i = 0; i < runs; ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    f();
-    best = std::min(best, std::chrono::duration<double>(
-                              std::chrono::steady_clock::now() - start).count());
-  }
-  return best;
-}
-
-TEST(SparseAttentionTest, FewerMatchingBucketsComputeFewerBlocksInLessMeasuredTime) {
+TEST(SparseAttentionTest, FewerMatchingBucketsComputeFewerBlockPairs) {
   torch::manual_seed(4);
   const int64_t bh = 8, t = 1024, d = 16, block = 32, nb = t / block;
   torch::Tensor q = torch::randn({bh, t, d}, torch::requires_grad());
@@ -144,16 +131,13 @@ TEST(SparseAttentionTest, FewerMatchingBucketsComputeFewerBlocksInLessMeasuredTi
   BlockPairs sparse = SelectBlockPairs(Buckets(bh, cyclic), Buckets(bh, cyclic));
   EXPECT_EQ(dense.count(), bh * nb * (nb + 1) / 2);  // 4224
   EXPECT_EQ(sparse.count(), bh * (nb + (nb / 8) * (nb / 8 - 1) / 2 * 8));  // 8·(32+48)
-  auto step = [&](const BlockPairs& p) {
-    return [&, p] {
-      torch::Tensor y = BlockSparseAttention(q, k, v, p, block, 0.25);
-      y.sum().backward();
-    };
-  };
-  const double dense_s = MinSeconds(step(dense), 5);
-  const double sparse_s = MinSeconds(step(sparse), 5);
-  // ~5x fewer pairs; demand a clear drop, robust to a busy machine.
-  EXPECT_LT(sparse_s, 0.6 * dense_s) << "dense " << dense_s << " s, sparse " << sparse_s;
+  // The time this saves is measured by bench/ (dynmo-bench-dynamism), never
+  // asserted here: both selections run forward and backward.
+  for (const BlockPairs* p : {&dense, &sparse}) {
+    torch::Tensor y = BlockSparseAttention(q, k, v, *p, block, 0.25);
+    y.sum().backward();
+    EXPECT_EQ(y.sizes(), q.sizes());
+  }
 }
 
 TEST(SparseAttentionTest, MoreBucketsShrinkTheLayersAttendedBlocks) {
