@@ -84,6 +84,10 @@ ABSL_FLAG(int64_t, prune_end, 7000, "pruning: last pruning iteration t0 + n*dt")
 ABSL_FLAG(int64_t, prune_every, 1000, "pruning: iterations between pruning steps (dt)");
 ABSL_FLAG(double, prune_initial_sparsity, 0.0, "pruning: S_i, sparsity of the first step");
 ABSL_FLAG(double, prune_final_sparsity, 0.9, "pruning: S_f, global sparsity at --prune_end");
+ABSL_FLAG(std::string, prune_form, "timed",
+          "pruning: how a pruned matrix picks masked dense vs CSR: timed (the faster on "
+          "this device, from --prune_csr_min_sparsity on) or threshold (CSR from "
+          "--prune_csr_min_sparsity on)");
 ABSL_FLAG(double, prune_csr_min_sparsity, 0.8,
           "pruning: a weight matrix switches from dense+mask to CSR kernels once its "
           "own sparsity reaches this (1: never)");
@@ -194,6 +198,7 @@ absl::StatusOr<TrainerConfig> ConfigFromFlags() {
     d.pruning.initial_sparsity = absl::GetFlag(FLAGS_prune_initial_sparsity);
     d.pruning.final_sparsity = absl::GetFlag(FLAGS_prune_final_sparsity);
     d.pruning.csr_min_sparsity = absl::GetFlag(FLAGS_prune_csr_min_sparsity);
+    d.pruning.form = absl::GetFlag(FLAGS_prune_form);
     d.freezing.every = absl::GetFlag(FLAGS_freeze_every);
     d.freezing.window = absl::GetFlag(FLAGS_freeze_window);
     d.freezing.threshold = absl::GetFlag(FLAGS_freeze_threshold);

@@ -1,5 +1,12 @@
 #include "trainer/prunable_linear.h"
 
+#include <ATen/DeviceAccelerator.h>
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+#include <tuple>
+
 #include "absl/strings/str_cat.h"
 #include "trainer/adamw_state_select.h"
 
@@ -114,16 +121,82 @@ void PrunableLinearImpl::SetCsr(const torch::Tensor& values, const torch::Tensor
 absl::StatusOr<int64_t> PrunableLinearImpl::PruneBelow(float threshold,
                                                        double csr_min_sparsity,
                                                        torch::optim::AdamW& optimizer) {
+  FormPolicy policy;
+  policy.csr_min_sparsity = csr_min_sparsity;
+  absl::StatusOr<PruneOutcome> r = Prune(threshold, policy, optimizer);
+  if (!r.ok()) return r.status();
+  return r->removed;
+}
+
+namespace {
+
+// The best of three runs of `f` after one warm-up, in seconds; the device
+// is synchronised around each run so the clock sees the kernels.
+double BestOfThree(const std::function<void()>& f, torch::Device device) {
+  auto sync = [&] {
+    if (device.is_cuda()) at::accelerator::synchronizeDevice(device.index());
+  };
+  f();
+  double best = std::numeric_limits<double>::infinity();
+  for (int i = 0; i < 3; ++i) {
+    sync();
+    const auto start = std::chrono::steady_clock::now();
+    f();
+    sync();
+    best = std::min(best, std::chrono::duration<double>(
+                              std::chrono::steady_clock::now() - start).count());
+  }
+  return best;
+}
+
+}  // namespace
+
+std::pair<double, double> PrunableLinearImpl::TimeForms(const torch::Tensor& keep,
+                                                        const torch::Tensor& idx,
+                                                        int64_t probe_rows) {
+  // Constant inputs: timing must not draw from the training RNG.
+  torch::AutoGradMode grad_mode(true);
+  const torch::Device device = weight.device();
+  const torch::Tensor x =
+      torch::full({probe_rows, in_}, 0.5f, torch::TensorOptions().device(device));
+  const torch::Tensor b = bias.detach();
+  const torch::Tensor dense = (weight.detach() * keep).requires_grad_(true);
+  const double masked_s = BestOfThree(
+      [&] {
+        torch::Tensor xi = x.detach().requires_grad_(true);
+        torch::linear(xi, dense, b).sum().backward();
+      },
+      device);
+  const torch::Tensor values =
+      weight.detach().reshape({-1}).index_select(0, idx).contiguous().requires_grad_(true);
+  const torch::Tensor rows = idx.div(in_, "floor");
+  torch::Tensor row_ptr = torch::zeros({out_ + 1}, torch::kLong);
+  row_ptr.narrow(0, 1, out_).copy_(torch::bincount(rows, {}, out_).cumsum(0));
+  absl::StatusOr<c10::intrusive_ptr<CsrWeight>> csr =
+      MakeCsrWeight(out_, in_, row_ptr.to(torch::kInt), idx.remainder(in_).to(torch::kInt));
+  TORCH_CHECK(csr.ok(), "PrunableLinear: ", csr.status().ToString());
+  const double csr_s = BestOfThree(
+      [&] {
+        torch::Tensor xi = x.detach().requires_grad_(true);
+        CsrLinear(xi, values, b, *csr).sum().backward();
+      },
+      device);
+  return {masked_s, csr_s};
+}
+
+absl::StatusOr<PrunableLinearImpl::PruneOutcome> PrunableLinearImpl::Prune(
+    float threshold, const FormPolicy& policy, torch::optim::AdamW& optimizer) {
   if (!prunable_) {
     return absl::FailedPreconditionError(
         "PruneBelow on a linear layer built without pruning");
   }
-  torch::NoGradGuard no_grad;
+  PruneOutcome outcome;
   const int64_t before = nnz();
   if (form() == Form::kCsr) {
+    torch::NoGradGuard no_grad;
     const torch::Tensor keep = weight.abs().ge(threshold);
     const int64_t kept = keep.sum().item<int64_t>();
-    if (kept == before) return 0;
+    if (kept == before) return outcome;
     const torch::Tensor idx = keep.nonzero().reshape({-1});
     const torch::Tensor counts =
         (row_ptr_.narrow(0, 1, out_) - row_ptr_.narrow(0, 0, out_)).to(torch::kLong);
@@ -133,15 +206,31 @@ absl::StatusOr<int64_t> PrunableLinearImpl::PruneBelow(float threshold,
     SetCsr(weight.index_select(0, idx), rows.index_select(0, idx),
            col_idx_.index_select(0, idx));
   } else {
-    torch::Tensor keep = weight.abs().ge(threshold);
-    if (form() == Form::kMasked) keep.logical_and_(mask_);
+    torch::Tensor keep;
+    {
+      torch::NoGradGuard no_grad;
+      keep = weight.abs().ge(threshold);
+      if (form() == Form::kMasked) keep.logical_and_(mask_);
+    }
     const int64_t kept = keep.sum().item<int64_t>();
-    if (kept == before) return 0;
+    if (kept == before) return outcome;
     const double sparsity = 1.0 - static_cast<double>(kept) / static_cast<double>(dense_size());
-    // The CSR kernels of kernels/ wired here run on the CPU; on a GPU the
+    // The CSR kernels wired here (csr_linear.h) run on the CPU; on a GPU the
     // layer stays masked dense (cuBLAS), never slower than the dense layer.
-    if (sparsity >= csr_min_sparsity && !weight.is_cuda()) {
-      const torch::Tensor idx = keep.reshape({-1}).nonzero().reshape({-1});
+    bool use_csr = sparsity >= policy.csr_min_sparsity && !weight.is_cuda();
+    const torch::Tensor idx = keep.reshape({-1}).nonzero().reshape({-1});
+    if (use_csr && policy.timed) {
+      std::tie(outcome.masked_s, outcome.csr_s) =
+          TimeForms(keep, idx, std::max<int64_t>(policy.probe_rows, 1));
+      if (policy.agree) {
+        if (absl::Status s = policy.agree(&outcome.masked_s, &outcome.csr_s); !s.ok()) {
+          return s;
+        }
+      }
+      use_csr = outcome.csr_s < outcome.masked_s;
+    }
+    torch::NoGradGuard no_grad;
+    if (use_csr) {
       SelectAdamWState(optimizer, weight, idx);
       SetCsr(weight.reshape({-1}).index_select(0, idx), idx.div(in_, "floor"),
              idx.remainder(in_));
@@ -152,7 +241,8 @@ absl::StatusOr<int64_t> PrunableLinearImpl::PruneBelow(float threshold,
     }
   }
   weight.mutable_grad() = torch::Tensor();  // the next iteration starts fresh
-  return before - nnz();
+  outcome.removed = before - nnz();
+  return outcome;
 }
 
 }  // namespace dynmo::trainer

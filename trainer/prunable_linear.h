@@ -4,13 +4,20 @@
 //   dense   W [out, in] as a dense parameter: exactly torch::nn::Linear
 //           (same init draws, same names, same kernels), so a job without
 //           --dynamism=pruning computes bit-identically to before.
-//   masked  pruned, but below csr_min_sparsity: W stays dense, a bool
-//           `mask` buffer [out, in] marks the survivors and the forward uses
-//           W ⊙ mask (a dense GEMM is faster than CSR at low sparsity).
-//   csr     at or above csr_min_sparsity: the "weight" parameter holds only
+//   masked  pruned: W stays dense, a bool `mask` buffer [out, in] marks the
+//           survivors and the forward uses W ⊙ mask (a dense GEMM: faster
+//           than CSR at low sparsity, and on a GPU at any sparsity we see).
+//   csr     the "weight" parameter holds only
 //           the nnz surviving values [nnz], with int32 buffers `row_ptr`
 //           [out + 1] and `col_idx` [nnz]; forward and backward run the CSR
 //           kernels (csr_linear.h), so the layer's work is ∝ nnz.
+//
+// Which pruned form a matrix takes is its FormPolicy's: CSR from a fixed
+// sparsity on, or (timed) whichever of masked and CSR runs one forward +
+// backward faster on the layer's own device, timed when it is pruned (the
+// CPU CSR kernels are the only CSR wired here, so on a GPU the layer stays
+// masked: never slower than dense). A CSR matrix stays CSR: it only gets
+// sparser.
 //
 // The names never change ("weight", "bias", "mask", "row_ptr", "col_idx";
 // the last three only exist when `prunable`), only the shapes, and the form
@@ -26,6 +33,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 
 #include "absl/status/statusor.h"
 #include "trainer/csr_linear.h"
@@ -54,11 +62,36 @@ class PrunableLinearImpl : public torch::nn::Module {
   // |w| of every stored weight, 1-D float (the candidates for pruning).
   torch::Tensor StoredMagnitudes() const;
 
-  // Removes every stored weight with |w| < threshold and returns how many.
-  // Afterwards the layer is CSR if its sparsity >= csr_min_sparsity, else
-  // masked (or still dense if nothing was removed). `optimizer` owns
-  // "weight": its AdamW state follows (adamw_state_select.h). The gradient
-  // of "weight" is reset. FAILED_PRECONDITION unless prunable.
+  // How Prune picks the form of a matrix it thins out.
+  struct FormPolicy {
+    // CSR is considered only from this sparsity on (1: never).
+    double csr_min_sparsity = 0.8;
+    // false: CSR from csr_min_sparsity on. true: from there, time masked and
+    // CSR (forward + backward of `probe_rows` rows, best of 3 after a
+    // warm-up, on the layer's device) and take the faster. `agree`, when
+    // set, turns this rank's two timings into the ones every replica of the
+    // stage decides on (the trainer sums them over the dp group), so
+    // replicas of a layer always pick the same form; it is a collective.
+    bool timed = false;
+    int64_t probe_rows = 128;
+    std::function<absl::Status(double* masked_s, double* csr_s)> agree;
+  };
+  struct PruneOutcome {
+    int64_t removed = 0;
+    // The timings the choice was made on (seconds); negative: not timed.
+    double masked_s = -1;
+    double csr_s = -1;
+  };
+
+  // Removes every stored weight with |w| < threshold. Afterwards the layer
+  // is in the form `policy` picks (still dense if nothing was removed).
+  // `optimizer` owns "weight": its AdamW state follows
+  // (adamw_state_select.h). The gradient of "weight" is reset.
+  // FAILED_PRECONDITION unless prunable.
+  absl::StatusOr<PruneOutcome> Prune(float threshold, const FormPolicy& policy,
+                                     torch::optim::AdamW& optimizer);
+  // Prune with CSR from `csr_min_sparsity` on, untimed; returns how many
+  // weights it removed.
   absl::StatusOr<int64_t> PruneBelow(float threshold, double csr_min_sparsity,
                                      torch::optim::AdamW& optimizer);
 
@@ -71,6 +104,10 @@ class PrunableLinearImpl : public torch::nn::Module {
  private:
   // The kernels' matrix for the current pattern, rebuilt when stale.
   const c10::intrusive_ptr<CsrWeight>& Csr();
+  // Seconds of one forward + backward of `probe_rows` rows through W ⊙ keep
+  // (masked) and through the CSR of the survivors `idx` (flat, row-major).
+  std::pair<double, double> TimeForms(const torch::Tensor& keep, const torch::Tensor& idx,
+                                      int64_t probe_rows);
   // Sets the CSR form from surviving values and their row / column.
   void SetCsr(const torch::Tensor& values, const torch::Tensor& rows,
               const torch::Tensor& cols);

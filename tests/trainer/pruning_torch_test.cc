@@ -209,6 +209,61 @@ TEST(PrunableLinear, PruningKeepsExactlyTheWeightsAtOrAboveTheThreshold) {
   EXPECT_EQ(*removed, 0);
 }
 
+// The timed policy times both forms and takes the faster by the timings
+// `agree` hands back; the test decides those, so no clock decides it. The
+// layer computes the same function in either form.
+TEST(PrunableLinear, TimedFormFollowsTheAgreedTimingsAndKeepsTheFunction) {
+  for (bool csr_faster : {true, false}) {
+    torch::manual_seed(6);
+    PrunableLinear p(64, 32, true);
+    torch::optim::AdamW opt(p->parameters());
+    const torch::Tensor w0 = p->weight.detach().clone();
+    const torch::Tensor x = torch::randn({6, 64});
+    PrunableLinearImpl::FormPolicy policy;
+    policy.timed = true;
+    policy.probe_rows = 16;
+    int calls = 0;
+    double seen_masked = -1, seen_csr = -1;
+    policy.agree = [&](double* masked_s, double* csr_s) {
+      ++calls;
+      seen_masked = *masked_s;
+      seen_csr = *csr_s;
+      *masked_s = csr_faster ? 2.0 : 1.0;
+      *csr_s = csr_faster ? 1.0 : 2.0;
+      return absl::OkStatus();
+    };
+    const float t = BruteForceThreshold(w0.abs().reshape({-1}), 64 * 32 / 10);
+    absl::StatusOr<PrunableLinearImpl::PruneOutcome> r = p->Prune(t, policy, opt);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(calls, 1);
+    EXPECT_GT(seen_masked, 0) << "both forms were really run";
+    EXPECT_GT(seen_csr, 0);
+    EXPECT_EQ(r->masked_s, csr_faster ? 2.0 : 1.0);
+    EXPECT_EQ(p->form(), csr_faster ? PrunableLinearImpl::Form::kCsr
+                                    : PrunableLinearImpl::Form::kMasked);
+    const torch::Tensor keep = w0.abs() >= t;
+    EXPECT_EQ(r->removed, 64 * 32 - keep.sum().item<int64_t>());
+    EXPECT_TRUE(torch::equal(p->DenseWeight(), w0 * keep));
+    EXPECT_TRUE(torch::allclose(p(x), torch::linear(x, w0 * keep, p->bias), 1e-5, 1e-6));
+  }
+}
+
+TEST(PrunableLinear, BelowTheCsrFloorNothingIsTimed) {
+  PrunableLinear p(16, 16, true);
+  torch::optim::AdamW opt(p->parameters());
+  PrunableLinearImpl::FormPolicy policy;
+  policy.timed = true;
+  policy.agree = [](double*, double*) {
+    ADD_FAILURE() << "timed below csr_min_sparsity";
+    return absl::OkStatus();
+  };
+  const float median = p->StoredMagnitudes().median().item<float>();
+  absl::StatusOr<PrunableLinearImpl::PruneOutcome> r = p->Prune(median, policy, opt);
+  ASSERT_TRUE(r.ok());
+  EXPECT_LT(r->csr_s, 0);
+  EXPECT_EQ(p->form(), PrunableLinearImpl::Form::kMasked);
+}
+
 // ---- AdamW state ---------------------------------------------------------
 
 TEST(AdamWStateSelect, SelectGathersTheSurvivorsMomentsInIndexOrder) {
@@ -400,7 +455,9 @@ TEST(PruneGlobally, TwoStagesKeepTheGlobalTopKOfAllBlocksWeights) {
   std::vector<GlobalPruneResult> results(2);
   RunRanks(2, [&](int rank, Transport& t) {
     StageView view{config, rank, 2, 0, stages[rank], t};
-    absl::StatusOr<GlobalPruneResult> r = PruneGlobally(view, 0.9, 0.8);
+    PruningConfig untimed;
+    untimed.form = "threshold";
+    absl::StatusOr<GlobalPruneResult> r = PruneGlobally(view, 0.9, untimed);
     ASSERT_TRUE(r.ok()) << r.status();
     results[rank] = *r;
   });

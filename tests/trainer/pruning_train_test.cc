@@ -22,14 +22,15 @@ namespace {
 using ::testing::HasSubstr;
 
 // 4 blocks = 6 pipeline layers; pruning steps after iterations 1, 3, 5
-// (Zhu-Gupta from 0% at 1 to 90% at 5: 0, 78.75%, 90%).
+// (Zhu-Gupta from 0% at 1 to 90% at 5: 0, 78.75%, 90%). Forms by threshold:
+// timed forms could differ between the runs compared bit for bit.
 std::vector<std::string> SmallPruningJob(std::vector<std::string> extra) {
   std::vector<std::string> flags = {
       "--layers=4", "--hidden=64", "--heads=4", "--seq_len=32", "--micro_batch=4",
       "--microbatches=4", "--steps=10", "--lr=0.003", "--seed=5",
       "--intra_op_threads=1", "--layer_clock=cpu", "--timeout_s=60", "--dynamism=pruning",
       "--prune_start=1", "--prune_end=5", "--prune_every=2",
-      "--prune_final_sparsity=0.9"};
+      "--prune_final_sparsity=0.9", "--prune_form=threshold"};
   flags.insert(flags.end(), extra.begin(), extra.end());
   return flags;
 }

@@ -19,7 +19,7 @@ std::vector<PrunableLinear> PrunableLinears(PipelineLayer& layer) {
 }
 
 absl::StatusOr<GlobalPruneResult> PruneGlobally(StageView& stage, double sparsity,
-                                                double csr_min_sparsity) {
+                                                const PruningConfig& config) {
   GlobalPruneResult r;
   r.target_sparsity = sparsity;
   const bool contributes = stage.dp_rank == 0;
@@ -46,11 +46,30 @@ absl::StatusOr<GlobalPruneResult> PruneGlobally(StageView& stage, double sparsit
   if (!t.ok()) return t.status();
   r.threshold = t->threshold;
   r.changed = true;
+  PrunableLinearImpl::FormPolicy policy;
+  policy.csr_min_sparsity = config.csr_min_sparsity;
+  policy.timed = config.form == "timed";
+  policy.probe_rows = int64_t{stage.config.micro_batch} * stage.config.model.seq_len;
+  // Replicas hold the same weights, so they reach the same matrices; the
+  // summed timings make them decide alike.
+  policy.agree = [&stage](double* masked_s, double* csr_s) {
+    torch::Tensor t = torch::tensor({*masked_s, *csr_s}, torch::kDouble);
+    if (absl::Status s = stage.transport.AllReduceSumDataParallel(t); !s.ok()) return s;
+    *masked_s = t[0].item<double>();
+    *csr_s = t[1].item<double>();
+    return absl::OkStatus();
+  };
   for (OwnedLayer& owned : stage.layers) {
     for (PrunableLinear& p : PrunableLinears(*owned.layer)) {
-      absl::StatusOr<int64_t> n = p->PruneBelow(r.threshold, csr_min_sparsity, *owned.optimizer);
+      absl::StatusOr<PrunableLinearImpl::PruneOutcome> n =
+          p->Prune(r.threshold, policy, *owned.optimizer);
       if (!n.ok()) return n.status();
-      r.pruned_here += *n;
+      r.pruned_here += n->removed;
+      if (n->csr_s >= 0) {
+        (n->csr_s < n->masked_s ? r.timed_csr : r.timed_masked) += 1;
+        r.timed_masked_s += n->masked_s;
+        r.timed_csr_s += n->csr_s;
+      }
     }
   }
   return r;
@@ -60,7 +79,7 @@ absl::Status GradualPruning::BeforeIteration(int64_t iter, StageView& stage) {
   const int64_t t = iter - 1;  // the schedule point whose step just finished
   if (!IsPruningStep(config_, t)) return absl::OkStatus();
   absl::StatusOr<GlobalPruneResult> r =
-      PruneGlobally(stage, TargetSparsity(config_, t), config_.csr_min_sparsity);
+      PruneGlobally(stage, TargetSparsity(config_, t), config_);
   if (!r.ok()) return r.status();
   changed_ = changed_ || r->changed;
   if (r->changed && stage.dp_rank == 0) {
@@ -87,6 +106,15 @@ absl::Status GradualPruning::BeforeIteration(int64_t iter, StageView& stage) {
                      t, stage.stage, r->target_sparsity, r->threshold, r->keep,
                      r->prunable, layers.str())
               << std::endl;
+    if (r->timed_csr + r->timed_masked > 0) {
+      // The form choice and what it was based on (summed over dp replicas).
+      std::cout << absl::StrFormat(
+                       "dynmo-train: iteration %d: stage %d forms timed on %s: %d matrices "
+                       "CSR, %d masked dense (fwd+bwd summed: masked %.3f ms, CSR %.3f ms)",
+                       t, stage.stage, stage.config.device, r->timed_csr, r->timed_masked,
+                       1e3 * r->timed_masked_s, 1e3 * r->timed_csr_s)
+                << std::endl;
+    }
   }
   return absl::OkStatus();
 }

@@ -42,6 +42,13 @@ namespace dynmo::trainer {
 
 struct GlobalPruneResult {
   double target_sparsity = 0;
+  // The timed form choices of this rank's matrices (prunable_linear.h):
+  // how many went CSR / stayed masked, and the summed timings they were
+  // decided on (seconds, the dp group's sums).
+  int timed_csr = 0;
+  int timed_masked = 0;
+  double timed_masked_s = 0;
+  double timed_csr_s = 0;
   int64_t prunable = 0;  // D: prunable weights of the whole model
   int64_t keep = 0;      // weights the step keeps job wide (plus ties)
   float threshold = 0;
@@ -53,9 +60,11 @@ struct GlobalPruneResult {
 std::vector<PrunableLinear> PrunableLinears(PipelineLayer& layer);
 
 // One global pruning step of the stage's layers to `sparsity` of the whole
-// model. A collective: every rank of the job calls it with the same values.
+// model, each matrix in the form `config` picks (timed: agreed over the dp
+// replicas of the stage). A collective: every rank of the job calls it with
+// the same values.
 absl::StatusOr<GlobalPruneResult> PruneGlobally(StageView& stage, double sparsity,
-                                                double csr_min_sparsity);
+                                                const PruningConfig& config);
 
 class GradualPruning : public Dynamism {
  public:

@@ -31,6 +31,10 @@ absl::Status ValidatePruningConfig(const PruningConfig& c) {
         "--prune_final_sparsity must be in [--prune_initial_sparsity, 1), got ",
         c.final_sparsity));
   }
+  if (c.form != "timed" && c.form != "threshold") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--prune_form must be timed or threshold, not '", c.form, "'"));
+  }
   if (!(c.csr_min_sparsity >= 0 && c.csr_min_sparsity <= 1)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--prune_csr_min_sparsity must be in [0, 1], got ", c.csr_min_sparsity));

@@ -14,6 +14,7 @@
 #define DYNMO_TRAINER_DYNAMISM_PRUNING_SCHEDULE_H_
 
 #include <cstdint>
+#include <string>
 
 #include "absl/status/status.h"
 
@@ -30,6 +31,12 @@ struct PruningConfig {
   // CPU CSR kernels only beat a dense GEMM at high sparsity (trainer/README.md
   // "Pruning" has the measured break-even). 1 keeps every matrix dense.
   double csr_min_sparsity = 0.8;
+  // --prune_form: "timed" (from csr_min_sparsity on, a matrix takes
+  // whichever of masked and CSR runs faster on its device, timed when it is
+  // pruned; prunable_linear.h) or "threshold" (CSR from csr_min_sparsity on,
+  // no timing: the same forms on every run, as bit-for-bit comparisons of
+  // runs need).
+  std::string form = "timed";
 };
 
 // OK when 0 <= start <= end, every >= 1, (end - start) divisible by every,
