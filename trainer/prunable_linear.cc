@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <chrono>
 #include <limits>
-#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "trainer/adamw_state_select.h"
@@ -26,7 +25,9 @@ PrunableLinearImpl::PrunableLinearImpl(int64_t in, int64_t out, bool prunable)
 }
 
 PrunableLinearImpl::Form PrunableLinearImpl::form() const {
-  if (weight.dim() == 1) return Form::kCsr;
+  if (weight.dim() == 1) {
+    return row_ptr_.scalar_type() == torch::kLong ? Form::kTorchCsr : Form::kCsr;
+  }
   if (mask_.defined() && mask_.numel() > 0) return Form::kMasked;
   return Form::kDense;
 }
@@ -34,6 +35,7 @@ PrunableLinearImpl::Form PrunableLinearImpl::form() const {
 int64_t PrunableLinearImpl::nnz() const {
   switch (form()) {
     case Form::kCsr:
+    case Form::kTorchCsr:
       return weight.numel();
     case Form::kMasked:
       return mask_.sum().item<int64_t>();
@@ -51,6 +53,7 @@ torch::Tensor PrunableLinearImpl::StoredMagnitudes() const {
   torch::NoGradGuard no_grad;
   switch (form()) {
     case Form::kCsr:
+    case Form::kTorchCsr:
       return weight.abs().contiguous();
     case Form::kMasked:
       return weight.abs().masked_select(mask_);
@@ -77,6 +80,8 @@ torch::Tensor PrunableLinearImpl::forward(const torch::Tensor& x) {
   switch (form()) {
     case Form::kCsr:
       return CsrLinear(x, weight, bias, Csr());
+    case Form::kTorchCsr:
+      return SparseCsrLinear(x, weight, bias, row_ptr_, col_idx_, out_, in_);
     case Form::kMasked:
       return torch::linear(x, weight * mask_, bias);
     case Form::kDense:
@@ -88,12 +93,13 @@ torch::Tensor PrunableLinearImpl::forward(const torch::Tensor& x) {
 torch::Tensor PrunableLinearImpl::DenseWeight() const {
   torch::NoGradGuard no_grad;
   switch (form()) {
-    case Form::kCsr: {
-      torch::Tensor dense = torch::zeros({out_, in_}, torch::kFloat);
+    case Form::kCsr:
+    case Form::kTorchCsr: {
+      torch::Tensor dense = torch::zeros({out_, in_}, weight.options());
       const torch::Tensor counts = (row_ptr_.narrow(0, 1, out_) - row_ptr_.narrow(0, 0, out_))
                                        .to(torch::kLong);
-      const torch::Tensor rows =
-          torch::repeat_interleave(torch::arange(out_, torch::kLong), counts);
+      const torch::Tensor rows = torch::repeat_interleave(
+          torch::arange(out_, counts.options()), counts);
       dense.index_put_({rows, col_idx_.to(torch::kLong)}, weight.detach());
       return dense;
     }
@@ -106,15 +112,17 @@ torch::Tensor PrunableLinearImpl::DenseWeight() const {
 }
 
 void PrunableLinearImpl::SetCsr(const torch::Tensor& values, const torch::Tensor& rows,
-                                const torch::Tensor& cols) {
+                                const torch::Tensor& cols, Form form) {
+  // The index dtype names the implementation (see the header).
+  const torch::ScalarType index = form == Form::kTorchCsr ? torch::kLong : torch::kInt;
   // `rows` is non-decreasing (entries in row-major order): counts per row.
   const torch::Tensor counts = torch::bincount(rows, {}, out_);
-  torch::Tensor row_ptr = torch::zeros({out_ + 1}, torch::kLong);
+  torch::Tensor row_ptr = torch::zeros({out_ + 1}, counts.options().dtype(torch::kLong));
   row_ptr.narrow(0, 1, out_).copy_(counts.cumsum(0));
   weight.set_data(values.contiguous());
-  row_ptr_.set_data(row_ptr.to(torch::kInt));
-  col_idx_.set_data(cols.to(torch::kInt).contiguous());
-  mask_.set_data(torch::empty({0}, torch::kBool));
+  row_ptr_.set_data(row_ptr.to(index));
+  col_idx_.set_data(cols.to(index).contiguous());
+  mask_.set_data(torch::empty({0}, weight.options().dtype(torch::kBool)));
   csr_.reset();
 }
 
@@ -151,17 +159,17 @@ double BestOfThree(const std::function<void()>& f, torch::Device device) {
 
 }  // namespace
 
-std::pair<double, double> PrunableLinearImpl::TimeForms(const torch::Tensor& keep,
-                                                        const torch::Tensor& idx,
-                                                        int64_t probe_rows) {
+PrunableLinearImpl::FormTimings PrunableLinearImpl::TimeForms(const torch::Tensor& keep,
+                                                              const torch::Tensor& idx,
+                                                              int64_t probe_rows) {
   // Constant inputs: timing must not draw from the training RNG.
   torch::AutoGradMode grad_mode(true);
   const torch::Device device = weight.device();
-  const torch::Tensor x =
-      torch::full({probe_rows, in_}, 0.5f, torch::TensorOptions().device(device));
+  const torch::Tensor x = torch::full({probe_rows, in_}, 0.5f, weight.options());
   const torch::Tensor b = bias.detach();
+  FormTimings t;
   const torch::Tensor dense = (weight.detach() * keep).requires_grad_(true);
-  const double masked_s = BestOfThree(
+  t.masked = BestOfThree(
       [&] {
         torch::Tensor xi = x.detach().requires_grad_(true);
         torch::linear(xi, dense, b).sum().backward();
@@ -170,18 +178,27 @@ std::pair<double, double> PrunableLinearImpl::TimeForms(const torch::Tensor& kee
   const torch::Tensor values =
       weight.detach().reshape({-1}).index_select(0, idx).contiguous().requires_grad_(true);
   const torch::Tensor rows = idx.div(in_, "floor");
-  torch::Tensor row_ptr = torch::zeros({out_ + 1}, torch::kLong);
+  torch::Tensor row_ptr = torch::zeros({out_ + 1}, idx.options().dtype(torch::kLong));
   row_ptr.narrow(0, 1, out_).copy_(torch::bincount(rows, {}, out_).cumsum(0));
-  absl::StatusOr<c10::intrusive_ptr<CsrWeight>> csr =
-      MakeCsrWeight(out_, in_, row_ptr.to(torch::kInt), idx.remainder(in_).to(torch::kInt));
-  TORCH_CHECK(csr.ok(), "PrunableLinear: ", csr.status().ToString());
-  const double csr_s = BestOfThree(
+  const torch::Tensor cols = idx.remainder(in_).contiguous();
+  t.torch_csr = BestOfThree(
       [&] {
         torch::Tensor xi = x.detach().requires_grad_(true);
-        CsrLinear(xi, values, b, *csr).sum().backward();
+        SparseCsrLinear(xi, values, b, row_ptr, cols, out_, in_).sum().backward();
       },
       device);
-  return {masked_s, csr_s};
+  if (!weight.is_cuda()) {  // our kernels run on the CPU only
+    absl::StatusOr<c10::intrusive_ptr<CsrWeight>> csr =
+        MakeCsrWeight(out_, in_, row_ptr.to(torch::kInt), cols.to(torch::kInt));
+    TORCH_CHECK(csr.ok(), "PrunableLinear: ", csr.status().ToString());
+    t.csr = BestOfThree(
+        [&] {
+          torch::Tensor xi = x.detach().requires_grad_(true);
+          CsrLinear(xi, values, b, *csr).sum().backward();
+        },
+        device);
+  }
+  return t;
 }
 
 absl::StatusOr<PrunableLinearImpl::PruneOutcome> PrunableLinearImpl::Prune(
@@ -192,7 +209,7 @@ absl::StatusOr<PrunableLinearImpl::PruneOutcome> PrunableLinearImpl::Prune(
   }
   PruneOutcome outcome;
   const int64_t before = nnz();
-  if (form() == Form::kCsr) {
+  if (IsCsr(form())) {
     torch::NoGradGuard no_grad;
     const torch::Tensor keep = weight.abs().ge(threshold);
     const int64_t kept = keep.sum().item<int64_t>();
@@ -201,10 +218,10 @@ absl::StatusOr<PrunableLinearImpl::PruneOutcome> PrunableLinearImpl::Prune(
     const torch::Tensor counts =
         (row_ptr_.narrow(0, 1, out_) - row_ptr_.narrow(0, 0, out_)).to(torch::kLong);
     const torch::Tensor rows =
-        torch::repeat_interleave(torch::arange(out_, torch::kLong), counts);
+        torch::repeat_interleave(torch::arange(out_, counts.options()), counts);
     SelectAdamWState(optimizer, weight, idx);
     SetCsr(weight.index_select(0, idx), rows.index_select(0, idx),
-           col_idx_.index_select(0, idx));
+           col_idx_.index_select(0, idx), form());
   } else {
     torch::Tensor keep;
     {
@@ -215,25 +232,29 @@ absl::StatusOr<PrunableLinearImpl::PruneOutcome> PrunableLinearImpl::Prune(
     const int64_t kept = keep.sum().item<int64_t>();
     if (kept == before) return outcome;
     const double sparsity = 1.0 - static_cast<double>(kept) / static_cast<double>(dense_size());
-    // The CSR kernels wired here (csr_linear.h) run on the CPU; on a GPU the
-    // layer stays masked dense (cuBLAS), never slower than the dense layer.
-    bool use_csr = sparsity >= policy.csr_min_sparsity && !weight.is_cuda();
+    // Untimed, CSR means our kernels on the CPU and LibTorch's sparse CSR
+    // (cuSPARSE) elsewhere; timed, the fastest form on this device.
+    Form chosen = Form::kMasked;
+    if (sparsity >= policy.csr_min_sparsity) {
+      chosen = weight.is_cuda() ? Form::kTorchCsr : Form::kCsr;
+    }
     const torch::Tensor idx = keep.reshape({-1}).nonzero().reshape({-1});
-    if (use_csr && policy.timed) {
-      std::tie(outcome.masked_s, outcome.csr_s) =
-          TimeForms(keep, idx, std::max<int64_t>(policy.probe_rows, 1));
+    if (chosen != Form::kMasked && policy.timed) {
+      outcome.timings = TimeForms(keep, idx, std::max<int64_t>(policy.probe_rows, 1));
       if (policy.agree) {
-        if (absl::Status s = policy.agree(&outcome.masked_s, &outcome.csr_s); !s.ok()) {
-          return s;
-        }
+        if (absl::Status s = policy.agree(&outcome.timings); !s.ok()) return s;
       }
-      use_csr = outcome.csr_s < outcome.masked_s;
+      const FormTimings& t = outcome.timings;
+      chosen = Form::kMasked;
+      double best = t.masked;
+      if (t.csr >= 0 && t.csr < best) chosen = Form::kCsr, best = t.csr;
+      if (t.torch_csr >= 0 && t.torch_csr < best) chosen = Form::kTorchCsr;
     }
     torch::NoGradGuard no_grad;
-    if (use_csr) {
+    if (chosen != Form::kMasked) {
       SelectAdamWState(optimizer, weight, idx);
       SetCsr(weight.reshape({-1}).index_select(0, idx), idx.div(in_, "floor"),
-             idx.remainder(in_));
+             idx.remainder(in_), chosen);
     } else {
       weight.masked_fill_(keep.logical_not(), 0);
       MaskAdamWState(optimizer, weight, keep);

@@ -7,16 +7,19 @@
 //   masked  pruned: W stays dense, a bool `mask` buffer [out, in] marks the
 //           survivors and the forward uses W ⊙ mask (a dense GEMM: faster
 //           than CSR at low sparsity, and on a GPU at any sparsity we see).
-//   csr     the "weight" parameter holds only
-//           the nnz surviving values [nnz], with int32 buffers `row_ptr`
-//           [out + 1] and `col_idx` [nnz]; forward and backward run the CSR
-//           kernels (csr_linear.h), so the layer's work is ∝ nnz.
+//   csr     the "weight" parameter holds only the nnz surviving values
+//           [nnz], with buffers `row_ptr` [out + 1] and `col_idx` [nnz];
+//           forward and backward run CSR kernels, so the layer's work is
+//           ∝ nnz. Two implementations, told apart by the index dtype:
+//           int32 = our kernels (csr_linear.h; CPU), int64 = LibTorch's
+//           sparse CSR operators (sparse_csr_linear.h; cuSPARSE on a GPU).
 //
 // Which pruned form a matrix takes is its FormPolicy's: CSR from a fixed
-// sparsity on, or (timed) whichever of masked and CSR runs one forward +
-// backward faster on the layer's own device, timed when it is pruned (the
-// CPU CSR kernels are the only CSR wired here, so on a GPU the layer stays
-// masked: never slower than dense). A CSR matrix stays CSR: it only gets
+// sparsity on (our kernels on the CPU, LibTorch's sparse CSR elsewhere), or
+// (timed) whichever of masked dense, our CSR kernels (CPU only) and
+// LibTorch's sparse CSR runs one forward + backward fastest on the layer's
+// own device, timed when it is pruned: a pruned layer is never slower than
+// its masked dense form. A CSR matrix stays in its CSR form: it only gets
 // sparser.
 //
 // The names never change ("weight", "bias", "mask", "row_ptr", "col_idx";
@@ -37,12 +40,14 @@
 
 #include "absl/status/statusor.h"
 #include "trainer/csr_linear.h"
+#include "trainer/sparse_csr_linear.h"
 
 namespace dynmo::trainer {
 
 class PrunableLinearImpl : public torch::nn::Module {
  public:
-  enum class Form { kDense, kMasked, kCsr };
+  enum class Form { kDense, kMasked, kCsr, kTorchCsr };
+  static bool IsCsr(Form f) { return f == Form::kCsr || f == Form::kTorchCsr; }
 
   // Initialised like torch::nn::Linear(in, out) from the global generator.
   // `prunable` registers the mask / CSR buffers (empty while dense).
@@ -62,25 +67,31 @@ class PrunableLinearImpl : public torch::nn::Module {
   // |w| of every stored weight, 1-D float (the candidates for pruning).
   torch::Tensor StoredMagnitudes() const;
 
+  // Seconds of one forward + backward per form; negative: not timed (or
+  // not available on this device).
+  struct FormTimings {
+    double masked = -1;
+    double csr = -1;        // our kernels
+    double torch_csr = -1;  // LibTorch's sparse CSR
+  };
   // How Prune picks the form of a matrix it thins out.
   struct FormPolicy {
     // CSR is considered only from this sparsity on (1: never).
     double csr_min_sparsity = 0.8;
-    // false: CSR from csr_min_sparsity on. true: from there, time masked and
-    // CSR (forward + backward of `probe_rows` rows, best of 3 after a
-    // warm-up, on the layer's device) and take the faster. `agree`, when
-    // set, turns this rank's two timings into the ones every replica of the
-    // stage decides on (the trainer sums them over the dp group), so
-    // replicas of a layer always pick the same form; it is a collective.
+    // false: CSR from csr_min_sparsity on. true: from there, time every
+    // form this device runs (forward + backward of `probe_rows` rows, best
+    // of 3 after a warm-up) and take the fastest. `agree`, when set, turns
+    // this rank's timings into the ones every replica of the stage decides
+    // on (the trainer sums them over the dp group), so replicas of a layer
+    // always pick the same form; it is a collective.
     bool timed = false;
     int64_t probe_rows = 128;
-    std::function<absl::Status(double* masked_s, double* csr_s)> agree;
+    std::function<absl::Status(FormTimings*)> agree;
   };
   struct PruneOutcome {
     int64_t removed = 0;
-    // The timings the choice was made on (seconds); negative: not timed.
-    double masked_s = -1;
-    double csr_s = -1;
+    FormTimings timings;  // what the choice was made on
+    bool timed() const { return timings.masked >= 0; }
   };
 
   // Removes every stored weight with |w| < threshold. Afterwards the layer
@@ -105,19 +116,21 @@ class PrunableLinearImpl : public torch::nn::Module {
   // The kernels' matrix for the current pattern, rebuilt when stale.
   const c10::intrusive_ptr<CsrWeight>& Csr();
   // Seconds of one forward + backward of `probe_rows` rows through W ⊙ keep
-  // (masked) and through the CSR of the survivors `idx` (flat, row-major).
-  std::pair<double, double> TimeForms(const torch::Tensor& keep, const torch::Tensor& idx,
-                                      int64_t probe_rows);
-  // Sets the CSR form from surviving values and their row / column.
+  // (masked) and through each CSR form of the survivors `idx` (flat,
+  // row-major) this device runs.
+  FormTimings TimeForms(const torch::Tensor& keep, const torch::Tensor& idx,
+                        int64_t probe_rows);
+  // Sets the CSR form `form` (kCsr or kTorchCsr) from surviving values and
+  // their row / column.
   void SetCsr(const torch::Tensor& values, const torch::Tensor& rows,
-              const torch::Tensor& cols);
+              const torch::Tensor& cols, Form form);
 
   int64_t in_;
   int64_t out_;
   bool prunable_;
   torch::Tensor mask_;     // bool [out, in] when masked, else empty
-  torch::Tensor row_ptr_;  // int32 [out + 1] when csr, else empty
-  torch::Tensor col_idx_;  // int32 [nnz] when csr, else empty
+  torch::Tensor row_ptr_;  // [out + 1] when csr (int32 or int64), else empty
+  torch::Tensor col_idx_;  // [nnz] when csr (same dtype), else empty
   c10::intrusive_ptr<CsrWeight> csr_;
   const void* csr_row_ptr_data_ = nullptr;  // what csr_ was built from
   const void* csr_col_idx_data_ = nullptr;

@@ -130,7 +130,7 @@ void BlockTable(int64_t h, int64_t seq_len, int64_t micro_batch, int reps, doubl
     for (PrunableLinear& p : linears) {
       char buf[32];
       std::snprintf(buf, sizeof(buf), "%s%.2f ",
-                    p->form() == PrunableLinearImpl::Form::kCsr ? "c" : "d", p->sparsity());
+                    PrunableLinearImpl::IsCsr(p->form()) ? "c" : "d", p->sparsity());
       forms += buf;
     }
     MicroBatchContext ctx;

@@ -209,11 +209,12 @@ TEST(PrunableLinear, PruningKeepsExactlyTheWeightsAtOrAboveTheThreshold) {
   EXPECT_EQ(*removed, 0);
 }
 
-// The timed policy times both forms and takes the faster by the timings
+// The timed policy times every form and takes the fastest by the timings
 // `agree` hands back; the test decides those, so no clock decides it. The
-// layer computes the same function in either form.
+// layer computes the same function in each form.
 TEST(PrunableLinear, TimedFormFollowsTheAgreedTimingsAndKeepsTheFunction) {
-  for (bool csr_faster : {true, false}) {
+  using Form = PrunableLinearImpl::Form;
+  for (Form fastest : {Form::kMasked, Form::kCsr, Form::kTorchCsr}) {
     torch::manual_seed(6);
     PrunableLinear p(64, 32, true);
     torch::optim::AdamW opt(p->parameters());
@@ -223,24 +224,24 @@ TEST(PrunableLinear, TimedFormFollowsTheAgreedTimingsAndKeepsTheFunction) {
     policy.timed = true;
     policy.probe_rows = 16;
     int calls = 0;
-    double seen_masked = -1, seen_csr = -1;
-    policy.agree = [&](double* masked_s, double* csr_s) {
+    PrunableLinearImpl::FormTimings seen;
+    policy.agree = [&](PrunableLinearImpl::FormTimings* t) {
       ++calls;
-      seen_masked = *masked_s;
-      seen_csr = *csr_s;
-      *masked_s = csr_faster ? 2.0 : 1.0;
-      *csr_s = csr_faster ? 1.0 : 2.0;
+      seen = *t;
+      t->masked = fastest == Form::kMasked ? 1.0 : 2.0;
+      t->csr = fastest == Form::kCsr ? 1.0 : 3.0;
+      t->torch_csr = fastest == Form::kTorchCsr ? 1.0 : 4.0;
       return absl::OkStatus();
     };
     const float t = BruteForceThreshold(w0.abs().reshape({-1}), 64 * 32 / 10);
     absl::StatusOr<PrunableLinearImpl::PruneOutcome> r = p->Prune(t, policy, opt);
     ASSERT_TRUE(r.ok()) << r.status();
     EXPECT_EQ(calls, 1);
-    EXPECT_GT(seen_masked, 0) << "both forms were really run";
-    EXPECT_GT(seen_csr, 0);
-    EXPECT_EQ(r->masked_s, csr_faster ? 2.0 : 1.0);
-    EXPECT_EQ(p->form(), csr_faster ? PrunableLinearImpl::Form::kCsr
-                                    : PrunableLinearImpl::Form::kMasked);
+    EXPECT_GT(seen.masked, 0) << "every CPU form was really run";
+    EXPECT_GT(seen.csr, 0);
+    EXPECT_GT(seen.torch_csr, 0);
+    EXPECT_TRUE(r->timed());
+    EXPECT_EQ(p->form(), fastest);
     const torch::Tensor keep = w0.abs() >= t;
     EXPECT_EQ(r->removed, 64 * 32 - keep.sum().item<int64_t>());
     EXPECT_TRUE(torch::equal(p->DenseWeight(), w0 * keep));
@@ -248,19 +249,56 @@ TEST(PrunableLinear, TimedFormFollowsTheAgreedTimingsAndKeepsTheFunction) {
   }
 }
 
+// LibTorch's sparse CSR form trains like the masked dense one: the same
+// gradients for the surviving weights, the input and the bias; pruning it
+// further keeps that form.
+TEST(PrunableLinear, LibTorchSparseCsrFormMatchesMaskedDenseGradients) {
+  using Form = PrunableLinearImpl::Form;
+  torch::manual_seed(8);
+  PrunableLinear p(48, 40, true);
+  torch::optim::AdamW opt(p->parameters());
+  const torch::Tensor w0 = p->weight.detach().clone();
+  PrunableLinearImpl::FormPolicy policy;
+  policy.timed = true;
+  policy.agree = [](PrunableLinearImpl::FormTimings* t) {
+    t->torch_csr = 0;  // fastest by decree
+    return absl::OkStatus();
+  };
+  const float t = BruteForceThreshold(w0.abs().reshape({-1}), 48 * 40 / 8);
+  ASSERT_TRUE(p->Prune(t, policy, opt).ok());
+  ASSERT_EQ(p->form(), Form::kTorchCsr);
+  const torch::Tensor keep = w0.abs() >= t;
+  const torch::Tensor x = torch::randn({3, 5, 48}).requires_grad_(true);
+  const torch::Tensor xr = x.detach().clone().requires_grad_(true);
+  const torch::Tensor wr = (w0 * keep).requires_grad_(true);
+  const torch::Tensor br = p->bias.detach().clone().requires_grad_(true);
+  const torch::Tensor g = torch::randn({3, 5, 40});
+  (p(x) * g).sum().backward();
+  (torch::linear(xr, wr, br) * g).sum().backward();
+  EXPECT_TRUE(torch::allclose(x.grad(), xr.grad(), 1e-5, 1e-6));
+  EXPECT_TRUE(torch::allclose(p->bias.grad(), br.grad(), 1e-5, 1e-6));
+  EXPECT_TRUE(torch::allclose(p->weight.grad(), wr.grad().masked_select(keep), 1e-5, 1e-6));
+  p->weight.mutable_grad() = torch::Tensor();
+  p->bias.mutable_grad() = torch::Tensor();
+  const float t2 = BruteForceThreshold(w0.abs().reshape({-1}), 48 * 40 / 16);
+  ASSERT_TRUE(p->Prune(t2, policy, opt).ok());
+  EXPECT_EQ(p->form(), Form::kTorchCsr);
+  EXPECT_TRUE(torch::equal(p->DenseWeight(), w0 * (w0.abs() >= t2)));
+}
+
 TEST(PrunableLinear, BelowTheCsrFloorNothingIsTimed) {
   PrunableLinear p(16, 16, true);
   torch::optim::AdamW opt(p->parameters());
   PrunableLinearImpl::FormPolicy policy;
   policy.timed = true;
-  policy.agree = [](double*, double*) {
+  policy.agree = [](PrunableLinearImpl::FormTimings*) {
     ADD_FAILURE() << "timed below csr_min_sparsity";
     return absl::OkStatus();
   };
   const float median = p->StoredMagnitudes().median().item<float>();
   absl::StatusOr<PrunableLinearImpl::PruneOutcome> r = p->Prune(median, policy, opt);
   ASSERT_TRUE(r.ok());
-  EXPECT_LT(r->csr_s, 0);
+  EXPECT_FALSE(r->timed());
   EXPECT_EQ(p->form(), PrunableLinearImpl::Form::kMasked);
 }
 

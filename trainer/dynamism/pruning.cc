@@ -1,5 +1,6 @@
 #include "trainer/dynamism/pruning.h"
 
+#include <algorithm>
 #include <cmath>
 #include <iostream>
 #include <sstream>
@@ -52,11 +53,14 @@ absl::StatusOr<GlobalPruneResult> PruneGlobally(StageView& stage, double sparsit
   policy.probe_rows = int64_t{stage.config.micro_batch} * stage.config.model.seq_len;
   // Replicas hold the same weights, so they reach the same matrices; the
   // summed timings make them decide alike.
-  policy.agree = [&stage](double* masked_s, double* csr_s) {
-    torch::Tensor t = torch::tensor({*masked_s, *csr_s}, torch::kDouble);
-    if (absl::Status s = stage.transport.AllReduceSumDataParallel(t); !s.ok()) return s;
-    *masked_s = t[0].item<double>();
-    *csr_s = t[1].item<double>();
+  policy.agree = [&stage](PrunableLinearImpl::FormTimings* t) {
+    // Replicas run on the same kind of device, so a form untimed on one
+    // (negative) is untimed on all and its sum stays negative.
+    torch::Tensor v = torch::tensor({t->masked, t->csr, t->torch_csr}, torch::kDouble);
+    if (absl::Status s = stage.transport.AllReduceSumDataParallel(v); !s.ok()) return s;
+    t->masked = v[0].item<double>();
+    t->csr = v[1].item<double>();
+    t->torch_csr = v[2].item<double>();
     return absl::OkStatus();
   };
   for (OwnedLayer& owned : stage.layers) {
@@ -65,10 +69,14 @@ absl::StatusOr<GlobalPruneResult> PruneGlobally(StageView& stage, double sparsit
           p->Prune(r.threshold, policy, *owned.optimizer);
       if (!n.ok()) return n.status();
       r.pruned_here += n->removed;
-      if (n->csr_s >= 0) {
-        (n->csr_s < n->masked_s ? r.timed_csr : r.timed_masked) += 1;
-        r.timed_masked_s += n->masked_s;
-        r.timed_csr_s += n->csr_s;
+      if (n->timed()) {
+        const PrunableLinearImpl::Form f = p->form();
+        (f == PrunableLinearImpl::Form::kCsr        ? r.timed_csr
+         : f == PrunableLinearImpl::Form::kTorchCsr ? r.timed_torch_csr
+                                                    : r.timed_masked) += 1;
+        r.timed_masked_s += n->timings.masked;
+        r.timed_csr_s += std::max(n->timings.csr, 0.0);
+        r.timed_torch_csr_s += std::max(n->timings.torch_csr, 0.0);
       }
     }
   }
@@ -92,7 +100,7 @@ absl::Status GradualPruning::BeforeIteration(int64_t iter, StageView& stage) {
       for (PrunableLinear& p : linears) {
         nnz += p->nnz();
         dense += p->dense_size();
-        csr += p->form() == PrunableLinearImpl::Form::kCsr ? 1 : 0;
+        csr += PrunableLinearImpl::IsCsr(p->form()) ? 1 : 0;
       }
       layers << absl::StrFormat(" %d:%.2f%s", owned.layer->id(),
                                 1.0 - static_cast<double>(nnz) / static_cast<double>(dense),
@@ -106,13 +114,15 @@ absl::Status GradualPruning::BeforeIteration(int64_t iter, StageView& stage) {
                      t, stage.stage, r->target_sparsity, r->threshold, r->keep,
                      r->prunable, layers.str())
               << std::endl;
-    if (r->timed_csr + r->timed_masked > 0) {
+    if (r->timed_csr + r->timed_torch_csr + r->timed_masked > 0) {
       // The form choice and what it was based on (summed over dp replicas).
       std::cout << absl::StrFormat(
-                       "dynmo-train: iteration %d: stage %d forms timed on %s: %d matrices "
-                       "CSR, %d masked dense (fwd+bwd summed: masked %.3f ms, CSR %.3f ms)",
-                       t, stage.stage, stage.config.device, r->timed_csr, r->timed_masked,
-                       1e3 * r->timed_masked_s, 1e3 * r->timed_csr_s)
+                       "dynmo-train: iteration %d: stage %d forms timed on %s: %d masked "
+                       "dense, %d CSR (ours), %d CSR (LibTorch sparse); fwd+bwd summed: "
+                       "masked %.3f ms, ours %.3f ms, LibTorch %.3f ms",
+                       t, stage.stage, stage.config.device, r->timed_masked, r->timed_csr,
+                       r->timed_torch_csr, 1e3 * r->timed_masked_s, 1e3 * r->timed_csr_s,
+                       1e3 * r->timed_torch_csr_s)
                 << std::endl;
     }
   }

@@ -43,12 +43,14 @@ namespace dynmo::trainer {
 struct GlobalPruneResult {
   double target_sparsity = 0;
   // The timed form choices of this rank's matrices (prunable_linear.h):
-  // how many went CSR / stayed masked, and the summed timings they were
-  // decided on (seconds, the dp group's sums).
-  int timed_csr = 0;
+  // how many took each form, and the summed timings they were decided on
+  // (seconds, the dp group's sums; a form not timed here adds nothing).
   int timed_masked = 0;
+  int timed_csr = 0;        // our kernels
+  int timed_torch_csr = 0;  // LibTorch's sparse CSR (cuSPARSE on a GPU)
   double timed_masked_s = 0;
   double timed_csr_s = 0;
+  double timed_torch_csr_s = 0;
   int64_t prunable = 0;  // D: prunable weights of the whole model
   int64_t keep = 0;      // weights the step keeps job wide (plus ties)
   float threshold = 0;
