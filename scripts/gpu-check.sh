@@ -245,13 +245,13 @@ done
 [ -d "$prefix/usr/share/cmake/nlohmann_json" ] &&
   cmake_args+=("-Dnlohmann_json_DIR=$prefix/usr/share/cmake/nlohmann_json")
 cmake_args+=("${extra[@]}")
-# NCCL from the nvidia-nccl wheel torch runs on (its library has no
-# libnccl.so link for find_library, and its header is not on any path).
+# NCCL's header from the nvidia-nccl wheel torch runs on, when the CUDA
+# toolkit has none (trainer/CMakeLists.txt looks for nccl.h; libtorch_cuda
+# brings the library).
 if [ "${DYNMO_GPU_NCCL:-1}" != 0 ] && [ "$mode" != configure ]; then
   nccl=$(py -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null)
-  if [ -n "$nccl" ] && [ -e "$nccl/lib/libnccl.so.2" ]; then
-    cmake_args+=("-DDYNMO_NCCL_LIBRARY=$nccl/lib/libnccl.so.2")
-    export CPATH="$CPATH:$nccl/include"
+  if [ -n "$nccl" ] && [ -e "$nccl/include/nccl.h" ]; then
+    cmake_args+=("-DDYNMO_NCCL_INCLUDE_DIR=$nccl/include")
   fi
 fi
 
@@ -281,7 +281,7 @@ check_cache() {
     esac
     printf '%-34s %s  [%s]\n' "$key" "$val" "$where"
   done
-  for key in Torch_DIR CMAKE_CUDA_COMPILER DYNMO_NCCL_LIBRARY CMAKE_CXX_COMPILER; do
+  for key in Torch_DIR CMAKE_CUDA_COMPILER DYNMO_NCCL_INCLUDE_DIR CMAKE_CXX_COMPILER; do
     printf '%-34s %s\n' "$key" "$(grep -m1 "^$key:" "$cache" | cut -d= -f2-)"
   done
   grep -E 'kernels: |dynmo-train: ' "$logs/configure.log"
@@ -338,6 +338,13 @@ pairs=()
 if [ "$dev" = cuda ]; then
   train cuda-pp1 --layers=8 --steps=20 "${cuda[@]}"
   pairs+=(cuda-pp1:cpu-pp2)
+  # Per-layer CUDA-event clocks vs one clock per stage pass: their cost.
+  train cuda-pp1-noprofile --layers=8 --steps=20 "${cuda[@]}" --profile_layers=false
+  # A pruned model on the GPU: each matrix times masked dense (cuBLAS) vs
+  # LibTorch's sparse CSR (cuSPARSE) and logs its choice ("forms timed").
+  T=300 TAIL=12 step cuda-prune "$bin/dynmo-train" --layers=4 --hidden=512 --heads=8 \
+    --seq_len=128 --steps=8 --dynamism=pruning --prune_start=3 --prune_end=3 \
+    --prune_every=1 --prune_final_sparsity=0.95 "${cuda[@]}"
 else
   skip cuda-pp1 "dynmo-train has no --device"
 fi
@@ -355,11 +362,13 @@ pairs+=("$dev-repack:$dev-pp2")
 train "$dev-repack-coord" launch --nproc 2 --job=repack -- "${job[@]}" "${cuda[@]}" \
   --steps=30 --trigger=every:3 --repack --repack_tolerance=10
 pairs+=("$dev-repack-coord:$dev-pp2")
-if [ "$dev" = cuda ] && ldd "$bin/dynmo-train" 2>/dev/null | grep -q libnccl; then
-  train nccl-pp2 launch --nproc 2 -- "${job[@]/--backend=gloo/--backend=nccl}" "${steps[@]}" "${cuda[@]}"
-  pairs+=(nccl-pp2:cuda-pp2)
+# NCCL refuses two ranks on one GPU: it runs at world size 1 here (the
+# world all-reduces), next to the Gloo run of the same job.
+if [ "$dev" = cuda ]; then
+  train nccl-pp1 --layers=8 --steps=20 --backend=nccl "${cuda[@]}"
+  pairs+=(nccl-pp1:cuda-pp1)
 else
-  skip nccl-pp2 "dynmo-train has no NCCL transport, or no --device"
+  skip nccl-pp1 "dynmo-train has no --device"
 fi
 
 # Losses per run, and each pair's agreement over the iterations both ran.
@@ -367,7 +376,7 @@ compare_losses() {
   py - "$runs" 1e-2 "${pairs[@]}" <<'EOF'
 import json, os, sys
 runs, tol, pairs = sys.argv[1], float(sys.argv[2]), sys.argv[3:]
-def losses(name):
+def records(name):
     path = os.path.join(runs, name + ".jsonl")
     if not os.path.exists(path):
         return None
@@ -378,14 +387,26 @@ def losses(name):
         except ValueError:
             continue
         if "loss" in r:
-            out.append(float(r["loss"]))
+            out.append(r)
     return out
+def median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2] if xs else float("nan")
 names = sorted(f[:-6] for f in os.listdir(runs) if f.endswith(".jsonl"))
-data = {n: losses(n) for n in names}
-print(f"{'run':<20}{'iters':>6}{'first loss':>14}{'final loss':>14}")
+recs = {n: records(n) for n in names}
+data = {n: [float(r["loss"]) for r in recs[n]] for n in names}
+print(f"{'run':<20}{'iters':>6}{'first loss':>14}{'final loss':>14}{'median tok/s':>14}{'median iter ms':>16}")
 for n in names:
-    l = data[n]
-    print(f"{n:<20}{len(l):>6}" + (f"{l[0]:>14.6f}{l[-1]:>14.6f}" if l else "  (no loss records)"))
+    l, rs = data[n], recs[n][2:]
+    speed = median([r.get("tokens_per_s", 0) for r in rs])
+    it = median([r.get("iteration_s", 0) for r in rs]) * 1e3
+    print(f"{n:<20}{len(l):>6}" + (f"{l[0]:>14.6f}{l[-1]:>14.6f}{speed:>14.0f}{it:>16.2f}"
+                                   if l else "  (no loss records)"))
+if recs.get("cuda-pp1") and recs.get("cuda-pp1-noprofile"):
+    on = median([r["iteration_s"] for r in recs["cuda-pp1"][2:]])
+    off = median([r["iteration_s"] for r in recs["cuda-pp1-noprofile"][2:]])
+    print(f"\nper-layer CUDA-event clocks: median iteration {on * 1e3:.2f} ms with, "
+          f"{off * 1e3:.2f} ms without: overhead {100 * (on - off) / off:+.2f}% (target <= 2%)")
 print(f"\n{'pair':<36}{'iters':>6}{'final a':>12}{'final b':>12}{'max |diff|':>12}{'rel final':>11}  verdict")
 bad = 0
 for p in pairs:

@@ -417,7 +417,9 @@ absl::Status RunTraining(const TrainerConfig& requested, const DistEnv& env,
     // the world: each layer has dp owners, each replica one last stage, so
     // dividing by dp gives replica means.
     const int memory_at = 1 + 3 * num_layers;  // per-stage memory
-    torch::Tensor summary = torch::zeros({memory_at + active_pp}, torch::kDouble);
+    // The last slot counts the ranks whose model changed this iteration.
+    const int changed_at = memory_at + active_pp;
+    torch::Tensor summary = torch::zeros({changed_at + 1}, torch::kDouble);
     auto values = summary.accessor<double, 1>();
     if (last_stage) values[0] = stats.loss_sum / config.microbatches;
     int64_t memory_used = stats.peak_stash_bytes;  // stage_memory.h
@@ -435,6 +437,7 @@ absl::Status RunTraining(const TrainerConfig& requested, const DistEnv& env,
       ResetPeakDeviceMemory(*device);
     }
     values[memory_at + my_stage] = static_cast<double>(memory_used);
+    values[changed_at] = model_changed ? 1.0 : 0.0;
     if (link.agent != nullptr) {
       // Per micro-batch, as the coordinator's cost model expects.
       agent::IterationSample sample;
@@ -495,6 +498,7 @@ absl::Status RunTraining(const TrainerConfig& requested, const DistEnv& env,
       record.stage_memory_bytes.push_back(static_cast<int64_t>(values[memory_at + st]));
     }
     record.memory_capacity_bytes = memory_capacity;
+    record.model_changed = values[changed_at] > 0;
     if (absl::Status s = on_iteration(record); !s.ok()) return s;
   }
   return (*transport)->Barrier();

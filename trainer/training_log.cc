@@ -59,6 +59,7 @@ std::string IterationJson(const IterationRecord& r) {
   j["stage_memory_bytes"] = r.stage_memory_bytes;
   j["layer_memory_bytes"] = r.layer_memory_bytes;
   j["memory_capacity_bytes"] = r.memory_capacity_bytes;
+  j["model_changed"] = r.model_changed;
   return j.dump();
 }
 

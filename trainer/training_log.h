@@ -36,6 +36,9 @@ struct IterationRecord {
   std::vector<int64_t> layer_memory_bytes;
   std::vector<int64_t> stage_memory_bytes;
   int64_t memory_capacity_bytes = 0;
+  // Some rank's dynamic-model scheme changed per-layer costs during this
+  // iteration (pruned, froze, exits moved): the on-event trigger's signal.
+  bool model_changed = false;
 };
 
 // Sums each stage's layer times under `b` into stage_times_s.
