@@ -7,7 +7,7 @@ packages=(
   libabsl-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   prometheus-cpp-dev prometheus openssl
-  python3 python3-yaml
+  python3 python3-yaml python3-venv
   libgloo-dev
 )
 missing=()

@@ -3,6 +3,8 @@
 #include <ATen/DeviceAccelerator.h>
 #include <torch/cuda.h>
 
+#include <cstdlib>
+
 #include "absl/strings/str_cat.h"
 
 namespace dynmo::trainer {

@@ -1,13 +1,12 @@
 #include "trainer/prunable_linear.h"
 
-#include <ATen/DeviceAccelerator.h>
-
 #include <algorithm>
 #include <chrono>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "trainer/adamw_state_select.h"
+#include "trainer/device.h"
 
 namespace dynmo::trainer {
 
@@ -141,16 +140,13 @@ namespace {
 // The best of three runs of `f` after one warm-up, in seconds; the device
 // is synchronised around each run so the clock sees the kernels.
 double BestOfThree(const std::function<void()>& f, torch::Device device) {
-  auto sync = [&] {
-    if (device.is_cuda()) at::accelerator::synchronizeDevice(device.index());
-  };
   f();
   double best = std::numeric_limits<double>::infinity();
   for (int i = 0; i < 3; ++i) {
-    sync();
+    SynchronizeDevice(device);
     const auto start = std::chrono::steady_clock::now();
     f();
-    sync();
+    SynchronizeDevice(device);
     best = std::min(best, std::chrono::duration<double>(
                               std::chrono::steady_clock::now() - start).count());
   }
