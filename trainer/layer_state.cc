@@ -309,8 +309,7 @@ torch::Tensor StringTensor(const std::string& text) {
 
 torch::Tensor EncodeLayerState(const LayerState& state) {
   const std::vector<Entry> entries = EntriesOf(state);
-  int64_t payload = 0;
-  for (const Entry& e : entries) payload += Bytes(*e.value);
+  const int64_t payload = state.PayloadBytes();
   const std::string text = HeaderOf(state, entries).dump();
   const uint64_t header_len = text.size();
   const int64_t total = sizeof(kMagic) + sizeof(header_len) +

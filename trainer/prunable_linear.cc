@@ -9,6 +9,17 @@
 #include "trainer/device.h"
 
 namespace dynmo::trainer {
+namespace {
+
+// CSR row pointers [out + 1] (int64) of entries whose rows, in row-major
+// order, are `rows`.
+torch::Tensor RowPointers(const torch::Tensor& rows, int64_t out) {
+  torch::Tensor row_ptr = torch::zeros({out + 1}, rows.options().dtype(torch::kLong));
+  row_ptr.narrow(0, 1, out).copy_(torch::bincount(rows, {}, out).cumsum(0));
+  return row_ptr;
+}
+
+}  // namespace
 
 PrunableLinearImpl::PrunableLinearImpl(int64_t in, int64_t out, bool prunable)
     : in_(in), out_(out), prunable_(prunable) {
@@ -114,12 +125,9 @@ void PrunableLinearImpl::SetCsr(const torch::Tensor& values, const torch::Tensor
                                 const torch::Tensor& cols, Form form) {
   // The index dtype names the implementation (see the header).
   const torch::ScalarType index = form == Form::kTorchCsr ? torch::kLong : torch::kInt;
-  // `rows` is non-decreasing (entries in row-major order): counts per row.
-  const torch::Tensor counts = torch::bincount(rows, {}, out_);
-  torch::Tensor row_ptr = torch::zeros({out_ + 1}, counts.options().dtype(torch::kLong));
-  row_ptr.narrow(0, 1, out_).copy_(counts.cumsum(0));
+  // `rows` is non-decreasing (entries in row-major order).
   weight.set_data(values.contiguous());
-  row_ptr_.set_data(row_ptr.to(index));
+  row_ptr_.set_data(RowPointers(rows, out_).to(index));
   col_idx_.set_data(cols.to(index).contiguous());
   mask_.set_data(torch::empty({0}, weight.options().dtype(torch::kBool)));
   csr_.reset();
@@ -173,9 +181,7 @@ PrunableLinearImpl::FormTimings PrunableLinearImpl::TimeForms(const torch::Tenso
       device);
   const torch::Tensor values =
       weight.detach().reshape({-1}).index_select(0, idx).contiguous().requires_grad_(true);
-  const torch::Tensor rows = idx.div(in_, "floor");
-  torch::Tensor row_ptr = torch::zeros({out_ + 1}, idx.options().dtype(torch::kLong));
-  row_ptr.narrow(0, 1, out_).copy_(torch::bincount(rows, {}, out_).cumsum(0));
+  const torch::Tensor row_ptr = RowPointers(idx.div(in_, "floor"), out_);
   const torch::Tensor cols = idx.remainder(in_).contiguous();
   t.torch_csr = BestOfThree(
       [&] {
