@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <string>
@@ -48,6 +49,9 @@ ABSL_FLAG(int, auto_horizon_iterations, 200,
           "auto trigger: iterations over which a gain must pay back");
 ABSL_FLAG(double, migration_bandwidth, 10e9,
           "auto trigger: bytes/s assumed for layer migration");
+ABSL_FLAG(double, auto_noise_sigmas, 3.0,
+          "auto trigger: a gain must be this many standard deviations of the "
+          "measured timing noise (0 = ignore noise)");
 ABSL_FLAG(int, max_jobs, 1024, "jobs served at most");
 ABSL_FLAG(int, max_message_bytes, 4 << 20, "largest accepted gRPC message");
 
@@ -111,6 +115,12 @@ int main(int argc, char** argv) {
       absl::GetFlag(FLAGS_auto_horizon_iterations);
   job.auto_options.bandwidth_bytes_per_s =
       absl::GetFlag(FLAGS_migration_bandwidth);
+  job.auto_options.noise_sigmas = absl::GetFlag(FLAGS_auto_noise_sigmas);
+  if (!(job.auto_options.noise_sigmas >= 0) ||
+      !std::isfinite(job.auto_options.noise_sigmas)) {
+    std::fprintf(stderr, "dynmo-coordinator: --auto_noise_sigmas must be finite and >= 0\n");
+    return 2;
+  }
   if (job.plan_lead_iterations < 2) {
     std::fprintf(stderr, "dynmo-coordinator: --plan_lead_iterations >= 2\n");
     return 2;

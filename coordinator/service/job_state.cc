@@ -8,6 +8,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "coordinator/core/cost_noise.h"
 #include "coordinator/core/measures.h"
 #include "coordinator/core/partition.h"
 #include "coordinator/service/validation.h"
@@ -206,6 +207,8 @@ void JobState::Init(const JobOptions& options) {
   }
   seen_.assign(static_cast<size_t>(data_parallel_size_),
                std::vector<bool>(static_cast<size_t>(num_layers_), false));
+  noise_.assign(static_cast<size_t>(data_parallel_size_),
+                std::vector<core::NoiseTracker>(static_cast<size_t>(num_layers_)));
   missing_ = data_parallel_size_ * num_layers_;
   if (deps_.metrics != nullptr) metrics_ = deps_.metrics->ForJob(name_);
   while (static_cast<int>(history_.size()) > options_.history_limit) {
@@ -545,6 +548,13 @@ void JobState::ApplyReportLocked(int rank,
     if (!active) break;
     const size_t i = static_cast<size_t>(l.layer());
     core::LayerCost& c = costs_[replica][i];
+    core::NoiseTracker& noise = noise_[replica][i];
+    const double total_s = l.fwd_s() + l.bwd_s() + l.wgrad_s();
+    if (report.model_changed()) {
+      noise.Reset(total_s);  // the old spread says nothing about the new layer
+    } else {
+      noise.Add(total_s, options_.noise_smoothing);
+    }
     if (!seen_[replica][i]) {
       seen_[replica][i] = true;
       --missing_;
@@ -717,6 +727,16 @@ absl::StatusOr<core::PipelineModel> JobState::ModelLocked() const {
     model.stages.push_back(spec);
   }
   return model;
+}
+
+std::vector<double> JobState::LayerNoiseLocked() const {
+  std::vector<double> sd(static_cast<size_t>(num_layers_), 0.0);
+  for (const auto& replica : noise_) {
+    for (size_t i = 0; i < replica.size(); ++i) {
+      sd[i] = std::max(sd[i], core::SmoothedSd(replica[i].sd(), options_.smoothing));
+    }
+  }
+  return sd;
 }
 
 void JobState::UpdateMeasuresLocked(const core::PipelineModel& model) {
@@ -987,6 +1007,11 @@ void JobState::TickUnflushed(absl::Time now) {
     ai.candidate_bottleneck_s = d->predicted_bottleneck_s;
     ai.migration_bytes = d->migration_bytes;
     ai.microbatches = microbatches_;
+    if (d->released_stages.empty()) {
+      absl::StatusOr<double> noise =
+          core::GainNoise(*model, LayerNoiseLocked(), boundaries_, d->boundaries);
+      if (noise.ok()) ai.gain_noise_s = *noise;
+    }
     AutoVerdict v = EvaluateAuto(options_.auto_options, ai);
     // Re-packing releases GPUs at (nearly) no throughput loss: a gain in
     // GPUs, not in time, so it passes the gate on its own.

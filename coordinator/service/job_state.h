@@ -40,6 +40,7 @@
 #include "absl/types/span.h"
 #include "coordinator/core/boundaries.h"
 #include "coordinator/core/cost_model.h"
+#include "coordinator/core/cost_noise.h"
 #include "coordinator/core/pipeline_sim.h"
 #include "coordinator/service/decision.h"
 #include "coordinator/service/metrics.h"
@@ -64,6 +65,10 @@ struct JobOptions {
   // messages per plan; requires trainers that do the in-band MIN.
   bool in_band_commit = false;
   double smoothing = 0.5;         // EWMA weight of a new sample, (0, 1]
+  // EWMA weight of a new sample in each layer's timing-noise estimate
+  // (core/cost_noise.h): slower than `smoothing`, so the spread is taken
+  // over ~20 samples, not the ~3 the cost estimate follows.
+  double noise_smoothing = 0.1;
   int history_limit = 32;
 };
 
@@ -196,6 +201,8 @@ class JobState {
   int MissingSamples() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<core::PipelineModel> ModelLocked() const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Standard error of each layer's smoothed time, the max over replicas.
+  std::vector<double> LayerNoiseLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateMeasuresLocked(const core::PipelineModel& model)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Decision> DecideLocked(const core::PipelineModel& model)
@@ -254,6 +261,8 @@ class JobState {
   // Smoothed costs [replica][layer] and whether each was ever reported.
   std::vector<std::vector<core::LayerCost>> costs_ ABSL_GUARDED_BY(mu_);
   std::vector<std::vector<bool>> seen_ ABSL_GUARDED_BY(mu_);
+  // Timing noise of each (replica, layer)'s fwd + bwd + wgrad samples.
+  std::vector<std::vector<core::NoiseTracker>> noise_ ABSL_GUARDED_BY(mu_);
   int missing_ ABSL_GUARDED_BY(mu_) = 0;
 
   int64_t newest_iteration_ ABSL_GUARDED_BY(mu_) = -1;

@@ -65,6 +65,12 @@ AutoVerdict EvaluateAuto(const AutoOptions& options, const AutoInput& input) {
     v.why = "no predicted gain";
     return v;
   }
+  if (per_mb_gain < options.noise_sigmas * input.gain_noise_s) {
+    v.why = absl::StrFormat(
+        "gain %.3gs per micro-batch within timing noise (%.1f sd of %.3gs)",
+        per_mb_gain, options.noise_sigmas, input.gain_noise_s);
+    return v;
+  }
   const double relative = per_mb_gain / input.current_bottleneck_s;
   if (relative < options.min_relative_gain) {
     v.why = absl::StrFormat("gain %.2f%% below the %.2f%% threshold",

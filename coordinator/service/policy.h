@@ -5,11 +5,18 @@
 //   every:N   decide every N iterations (the paper's fixed frequency)
 //   on-event  decide after a report flagged "the model changed"
 //   auto      decide whenever new data arrives, but issue a plan only when the
-//             predicted bottleneck gain over a horizon pays back the
-//             predicted migration time (bytes / bandwidth), by a margin, for
-//             several consecutive evaluations, and not within a cool-down
-//             after the last plan. Margin + confirmations + cool-down are the
-//             hysteresis that keeps noise from making it thrash.
+//             predicted bottleneck gain (a) clears the timing noise: it is at
+//             least `noise_sigmas` standard deviations of the gain that the
+//             layers' measured noise alone would produce (core/cost_noise.h),
+//             (b) pays back the predicted migration time (bytes / bandwidth)
+//             over a horizon, by a margin, and (c) does so for several
+//             consecutive evaluations, not within a cool-down after the last
+//             plan. (a) keeps a stationary job from chasing noise (A -> B ->
+//             A); (b) keeps it from moving layers that cost more than they
+//             save; (c) is the hysteresis against a single outlier.
+//             The coordinator's default: it follows any of the six dynamic
+//             cases without the user choosing a frequency, and on a load
+//             that does not move it issues nothing.
 //   manual    only the operator's Rebalance RPC decides.
 //
 // EvaluateAuto is a pure function; AutoGate holds the hysteresis state of one
@@ -51,6 +58,10 @@ struct AutoOptions {
   double min_relative_gain = 0.05;        // and >= 5% of the bottleneck
   int confirmations = 3;                  // consecutive positive verdicts
   int cooldown_iterations = 20;           // after a plan was issued
+  // The gain must be >= this many standard deviations of the noise-only
+  // gain (3: a stationary job's noise passes about 1 evaluation in 700,
+  // and `confirmations` of them in a row practically never).
+  double noise_sigmas = 3.0;
 };
 
 struct AutoInput {
@@ -58,6 +69,7 @@ struct AutoInput {
   double candidate_bottleneck_s = 0;  // per micro-batch
   int64_t migration_bytes = 0;
   int microbatches = 1;
+  double gain_noise_s = 0;  // sd of the per-micro-batch gain (cost_noise.h)
 };
 
 struct AutoVerdict {

@@ -1,0 +1,83 @@
+#include "coordinator/core/cost_noise.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/core/measures.h"
+
+namespace dynmo::core {
+namespace {
+
+constexpr int kSampleCap = 1 << 20;
+
+// Variance of the layers of the bottleneck stage of `b`.
+double BottleneckVariance(const PipelineModel& model,
+                          absl::Span<const double> layer_sd,
+                          const Boundaries& b) {
+  const std::vector<double> loads = StageLoads(model, b);
+  const size_t s = static_cast<size_t>(
+      std::max_element(loads.begin(), loads.end()) - loads.begin());
+  const double speed = model.stages[s].speed;
+  double var = 0;
+  for (int l = b[s]; l < b[s + 1]; ++l) {
+    const double sd = layer_sd[static_cast<size_t>(l)];
+    var += sd * sd;
+  }
+  return var / (speed * speed);
+}
+
+}  // namespace
+
+void NoiseTracker::Reset(double sample) {
+  if (!std::isfinite(sample)) return;
+  mean_ = sample;
+  var_ = 0;
+  samples_ = 1;
+}
+
+void NoiseTracker::Add(double sample, double weight) {
+  if (!std::isfinite(sample) || !(weight > 0)) return;
+  if (samples_ == 0 || weight >= 1) {
+    Reset(sample);
+    return;
+  }
+  const double diff = sample - mean_;
+  const double step = weight * diff;
+  mean_ += step;
+  var_ = (1 - weight) * (var_ + diff * step);
+  samples_ = std::min(samples_ + 1, kSampleCap);
+}
+
+double NoiseTracker::sd() const { return var_ > 0 ? std::sqrt(var_) : 0; }
+
+double SmoothedSd(double sample_sd, double smoothing) {
+  if (!(sample_sd > 0) || !(smoothing > 0)) return 0;
+  const double w = std::min(smoothing, 1.0);
+  return sample_sd * std::sqrt(w / (2 - w));
+}
+
+absl::StatusOr<double> GainNoise(const PipelineModel& model,
+                                 absl::Span<const double> layer_sd,
+                                 const Boundaries& current,
+                                 const Boundaries& candidate) {
+  const int layers = static_cast<int>(model.layers.size());
+  const int stages = static_cast<int>(model.stages.size());
+  if (static_cast<int>(layer_sd.size()) != layers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gain noise: ", layer_sd.size(), " layer deviations for ", layers,
+        " layers"));
+  }
+  for (const Boundaries* b : {&current, &candidate}) {
+    if (absl::Status s = ValidateBoundaries(*b, layers, stages); !s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("gain noise: ", s.message()));
+    }
+  }
+  return std::sqrt(BottleneckVariance(model, layer_sd, current) +
+                   BottleneckVariance(model, layer_sd, candidate));
+}
+
+}  // namespace dynmo::core

@@ -1,0 +1,60 @@
+// Timing noise of measured layer costs, and how much of a predicted gain it
+// could explain.
+//
+// A rank's per-layer time samples scatter around the layer's true cost
+// (scheduler jitter, caches, a neighbour's load). The coordinator decides on
+// smoothed costs, so two layouts whose true bottlenecks are equal still look
+// different by a random amount; deciding on that difference moves layers
+// back and forth (A -> B -> A). NoiseTracker estimates one layer's sample
+// standard deviation with an exponentially weighted mean and variance;
+// GainNoise turns the layers' standard errors into the standard deviation of
+// a predicted bottleneck gain, which a trigger compares the gain against.
+//
+// Pure and deterministic; thread-compatible (plain values, no shared state).
+#ifndef DYNMO_COORDINATOR_CORE_COST_NOISE_H_
+#define DYNMO_COORDINATOR_CORE_COST_NOISE_H_
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "coordinator/core/boundaries.h"
+#include "coordinator/core/cost_model.h"
+
+namespace dynmo::core {
+
+// The spread of one layer's time samples. Add(x, w) is the exponentially
+// weighted update (West 1979 / Finch 2009): after a Reset the variance
+// starts at 0 and grows as samples disagree; `weight` in (0, 1] is the share
+// of the newest sample (0.1 ~ the last 19 samples). Non-finite samples are
+// ignored (validation refuses them before they get here).
+class NoiseTracker {
+ public:
+  void Reset(double sample);
+  void Add(double sample, double weight);
+  double sd() const;          // sample standard deviation, >= 0
+  int samples() const { return samples_; }  // since the last Reset, capped
+
+ private:
+  double mean_ = 0;
+  double var_ = 0;
+  int samples_ = 0;
+};
+
+// The standard deviation of an EWMA mean with new-sample weight `smoothing`
+// of samples with standard deviation `sample_sd`: sd · sqrt(w / (2 − w)).
+double SmoothedSd(double sample_sd, double smoothing);
+
+// Standard deviation of (bottleneck under `current`) − (bottleneck under
+// `candidate`), given each layer's cost standard error `layer_sd` (per
+// micro-batch, like the model's times): each layout's bottleneck stage sums
+// its layers' variances (divided by speed²); the two are added as if
+// independent, which over-states the spread when the stages share layers
+// (positively correlated), so the estimate errs on the side of "noise".
+// Both layouts are over the model's stages. Errors: sizes that do not match.
+absl::StatusOr<double> GainNoise(const PipelineModel& model,
+                                 absl::Span<const double> layer_sd,
+                                 const Boundaries& current,
+                                 const Boundaries& candidate);
+
+}  // namespace dynmo::core
+
+#endif  // DYNMO_COORDINATOR_CORE_COST_NOISE_H_
