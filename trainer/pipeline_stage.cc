@@ -2,6 +2,7 @@
 
 #include <time.h>
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -127,13 +128,14 @@ absl::Status PipelineStage::RunIteration(int64_t iter, StageIterationStats* stat
   *stats = StageIterationStats{};
   stats->forward_s.assign(layers_.size(), 0.0);
   stats->backward_s.assign(layers_.size(), 0.0);
+  stats->weight_grad_s.assign(layers_.size(), 0.0);
+  stats->activation_bytes.assign(layers_.size(), 0);
+  PrepareGradientSplit(iter);
   in_flight_.assign(config_.microbatches, InFlight{});
   StageView view = View();
   for (auto& d : dynamisms_) {
     if (absl::Status s = d->BeforeIteration(iter, view); !s.ok()) return s;
   }
-  for (OwnedLayer& owned : layers_) owned.optimizer->zero_grad();
-
   loss_sum_ = torch::zeros({}, torch::TensorOptions(torch::kDouble).device(device_));
   // Stage-pass clocks: used as the layer times without per-layer clocks.
   double forward_pass_s = 0, backward_pass_s = 0;
@@ -142,10 +144,18 @@ absl::Status PipelineStage::RunIteration(int64_t iter, StageIterationStats* stat
                          stats->peak_stash_bytes =
                              std::max(stats->peak_stash_bytes, StashedBytes());
                        });
-  absl::Status s = RunOneFOneB(stage_, num_stages_, config_.microbatches, observed);
+  absl::Status s;
+  {
+    // From freeing the old gradients to the last backward: every block the
+    // meter's reporter saw allocated is also freed under it.
+    ActivationMeter::Scope measured(meter_);
+    for (OwnedLayer& owned : layers_) owned.optimizer->zero_grad();
+    s = RunOneFOneB(stage_, num_stages_, config_.microbatches, observed);
+  }
   if (!s.ok()) return s;
   // One read of the device per iteration: every clock and the loss.
   clock_.Collect();
+  FinishGradientSplit(stats);
   if (is_last()) stats->loss_sum = loss_sum_.item<double>();
   if (!config_.profile_layers && !layers_.empty()) {
     // Without per-layer clocks the stage's passes are spread evenly.
@@ -160,6 +170,34 @@ absl::Status PipelineStage::RunIteration(int64_t iter, StageIterationStats* stat
     if (s = d->AfterStep(iter, view); !s.ok()) return s;
   }
   return absl::OkStatus();
+}
+
+void PipelineStage::PrepareGradientSplit(int64_t iter) {
+  std::vector<int> ids;
+  for (const OwnedLayer& owned : layers_) ids.push_back(owned.layer->id());
+  if (ids != split_ids_) {  // new layers (migration): measure them now
+    split_ids_ = ids;
+    input_grad_share_.assign(ids.size(), -1.0);
+  }
+  bool unknown = false;
+  for (double share : input_grad_share_) unknown = unknown || share < 0;
+  probe_split_ = config_.profile_layers && (unknown || iter % kGradientSplitEvery == 0);
+  probe_input_s_.assign(ids.size(), 0.0);
+  probe_full_s_.assign(ids.size(), 0.0);
+}
+
+void PipelineStage::FinishGradientSplit(StageIterationStats* stats) {
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    if (probe_split_) {
+      // A layer that ran no backward (frozen) has no weight gradient.
+      input_grad_share_[i] =
+          probe_full_s_[i] > 0
+              ? std::clamp(probe_input_s_[i] / probe_full_s_[i], 0.0, 1.0)
+              : 1.0;
+    }
+    const double share = input_grad_share_[i] < 0 ? 1.0 : input_grad_share_[i];
+    stats->weight_grad_s[i] = stats->backward_s[i] * (1 - share);
+  }
 }
 
 absl::Status PipelineStage::RecvForward(int mb) {
@@ -201,7 +239,9 @@ absl::Status PipelineStage::Forward(int mb) {
     const size_t aux_before = f.context.aux_losses.size();
     const bool clock = config_.profile_layers;
     const LayerClock::Span span = clock ? clock_.Start() : LayerClock::Span{};
+    meter_.Begin();
     torch::Tensor out = layer.Forward(in, f.context);
+    stats_->activation_bytes[i] = std::max(stats_->activation_bytes[i], meter_.End());
     if (clock) clock_.Stop(span, &stats_->forward_s[i]);
     torch::Tensor aux;
     for (size_t a = aux_before; a < f.context.aux_losses.size(); ++a) {
@@ -249,14 +289,28 @@ absl::Status PipelineStage::Backward(int mb) {
     // Frozen layers (and all before them) run no backward at all.
     if (layers_[i].layer->id() < frozen_prefix_) break;
     const bool clock = config_.profile_layers;
-    const LayerClock::Span span = clock ? clock_.Start() : LayerClock::Span{};
+    std::vector<torch::Tensor> outputs = {f.layer_outputs[i]};
+    std::vector<torch::Tensor> grads = {grad};
     if (f.layer_aux_losses[i].defined()) {
-      torch::autograd::backward({f.layer_outputs[i], f.layer_aux_losses[i]},
-                                {grad, loss_weight});
-    } else {
-      torch::autograd::backward({f.layer_outputs[i]}, {grad});
+      outputs.push_back(f.layer_aux_losses[i]);
+      grads.push_back(loss_weight);
     }
+    const bool probe = clock && probe_split_ && mb == 0;
+    const bool probe_input = probe && f.layer_inputs[i].requires_grad();
+    const LayerClock::Span full = probe ? clock_.Start() : LayerClock::Span{};
+    const LayerClock::Span span = clock ? clock_.Start() : LayerClock::Span{};
+    torch::autograd::backward(outputs, grads, /*retain_graph=*/probe_input);
     if (clock) clock_.Stop(span, &stats_->backward_s[i]);
+    if (probe) clock_.Stop(full, &probe_full_s_[i]);
+    if (probe_input) {
+      // The input gradient alone, on the graph the full pass kept (as warm as
+      // it); returned, not accumulated: the training arithmetic is untouched.
+      const LayerClock::Span input_only = clock_.Start();
+      (void)torch::autograd::grad(outputs, {f.layer_inputs[i]}, grads,
+                                  /*retain_graph=*/false, /*create_graph=*/false,
+                                  /*allow_unused=*/true);
+      clock_.Stop(input_only, &probe_input_s_[i]);
+    }
     if (layers_[i].layer->kind() != LayerKind::kEmbedding) {
       grad = f.layer_inputs[i].grad();
     }

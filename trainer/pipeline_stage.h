@@ -30,6 +30,7 @@
 #include "absl/status/status.h"
 #include "coordinator/core/boundaries.h"
 #include "coordinator/core/migration.h"
+#include "trainer/activation_meter.h"
 #include "trainer/config.h"
 #include "trainer/dynamism/dynamism.h"
 #include "trainer/gpt_layers.h"
@@ -46,13 +47,27 @@ struct StageIterationStats {
   double loss_sum = 0;  // sum of micro-batch losses (last stage only)
   // Per local layer (index 0 = layer b[s]), summed over micro-batches.
   std::vector<double> forward_s;
-  std::vector<double> backward_s;
+  std::vector<double> backward_s;      // input + weight gradient
+  // The weight-gradient part of backward_s: backward_s times the share of
+  // the layer's backward that is not its input gradient, measured on
+  // micro-batch 0 every kGradientSplitEvery iterations (and after the
+  // stage's layers changed) by an input-gradient-only pass
+  // (torch::autograd::grad w.r.t. the layer input: the engine skips every
+  // weight-gradient edge) next to the full backward. 0 without per-layer
+  // clocks.
+  std::vector<double> weight_grad_s;
+  // Per local layer: the most bytes one micro-batch's forward of the layer
+  // left allocated (output + what autograd saved), activation_meter.h.
+  std::vector<int64_t> activation_bytes;
   // The most bytes of activations stashed at once (stage_memory.h).
   int64_t peak_stash_bytes = 0;
 };
 
 class PipelineStage : public StageOps {
  public:
+  // How often the input/weight-gradient split is measured again.
+  static constexpr int kGradientSplitEvery = 10;
+
   // Builds layers [b[stage], b[stage+1]) and their optimizers. `transport`
   // and `corpus` must outlive the stage.
   PipelineStage(const TrainerConfig& config, const core::Boundaries& b,
@@ -112,6 +127,10 @@ class PipelineStage : public StageOps {
   torch::Tensor ActivationBuffer() const;
   torch::Tensor TokensOnDevice(std::vector<int64_t>& data) const;
   absl::Status AverageGradientsOverDataParallel();
+  // The input/weight-gradient split (StageIterationStats::weight_grad_s):
+  // whether this iteration probes it, and the shares it measured.
+  void PrepareGradientSplit(int64_t iter);
+  void FinishGradientSplit(StageIterationStats* stats);
   // Bytes of the distinct storages every in-flight micro-batch holds.
   int64_t StashedBytes() const;
   StageView View();
@@ -129,6 +148,15 @@ class PipelineStage : public StageOps {
   TrainerConfig config_;
   torch::Device device_;
   LayerClock clock_;
+  ActivationMeter meter_;
+  // The input-gradient share of each local layer's backward (-1 = not
+  // measured yet), for the layer ids in split_ids_; and this iteration's
+  // probe clocks (input-gradient-only pass, full backward, micro-batch 0).
+  std::vector<double> input_grad_share_;
+  std::vector<int> split_ids_;
+  bool probe_split_ = false;
+  std::vector<double> probe_input_s_;
+  std::vector<double> probe_full_s_;
   torch::Tensor loss_sum_;  // on the device, read once per iteration
   int stage_;
   int num_stages_;

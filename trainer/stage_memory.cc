@@ -3,8 +3,10 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <memory>
 
 #include "absl/strings/numbers.h"
+#include "trainer/prunable_linear.h"
 
 namespace dynmo::trainer {
 namespace {
@@ -22,6 +24,18 @@ int64_t LayerResidentBytes(const OwnedLayer& owned) {
   for (const auto& [key, state] : owned.optimizer->state()) {
     const auto& s = static_cast<const torch::optim::AdamWParamState&>(*state);
     n += Bytes(s.exp_avg()) + Bytes(s.exp_avg_sq()) + Bytes(s.max_exp_avg_sq());
+  }
+  return n;
+}
+
+int64_t LayerNonZeroParameters(const OwnedLayer& owned) {
+  int64_t n = 0;
+  for (const torch::Tensor& p : owned.layer->parameters()) n += p.numel();
+  // A masked weight keeps its dense shape: what the mask pruned is gone.
+  for (const std::shared_ptr<torch::nn::Module>& m : owned.layer->modules()) {
+    if (const auto* linear = m->as<PrunableLinearImpl>()) {
+      n -= linear->weight.numel() - linear->nnz();
+    }
   }
   return n;
 }

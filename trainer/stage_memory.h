@@ -14,6 +14,8 @@
 //                      + AdamW state (exp_avg, exp_avg_sq, max_exp_avg_sq):
 //                        what a migration or a checkpoint of it carries,
 //                        plus its gradients.
+//   activation bytes per layer and micro-batch: measured by the allocators
+//   (activation_meter.h), reported per layer next to LayerResidentBytes.
 //   capacity = --memory_capacity_gb, else the machine's physical memory
 //              (sysconf) divided by the ranks on this host
 //              (LOCAL_WORLD_SIZE, else WORLD_SIZE, else 1).
@@ -27,6 +29,12 @@
 namespace dynmo::trainer {
 
 int64_t LayerResidentBytes(const OwnedLayer& owned);
+
+// Parameters the layer still has: all of them, less what pruning removed (a
+// CSR weight holds only its survivors; a masked one counts what its mask
+// keeps). What the `parameters` balancer balances. Reads each mask's count
+// (a device sync on cuda): call it when the model changed, not per step.
+int64_t LayerNonZeroParameters(const OwnedLayer& owned);
 
 // Physical memory / local ranks (see above).
 int64_t DefaultMemoryCapacityBytes();

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <iostream>
 #include <optional>
 
@@ -323,13 +324,19 @@ absl::Status RunTraining(const TrainerConfig& requested, const DistEnv& env,
     test_list_releases = test_list_releases ||
                          (!stages.empty() && static_cast<int>(stages.size()) < config.pp);
   }
+  // What a migration plan counts as each layer's bytes (payload and memory
+  // caps before the first measurement): fp32 weights, gradients, exp_avg
+  // and exp_avg_sq. Every report carries the measured values instead.
   std::vector<core::LayerCost> layer_costs(num_layers);
   for (int l = 0; l < num_layers; ++l) {
     layer_costs[l].id = l;
     layer_costs[l].params = LayerParameterCount(config.model, l);
-    // fp32 weights, gradients, exp_avg and exp_avg_sq.
     layer_costs[l].resident_bytes = 16 * layer_costs[l].params;
   }
+  // Parameters each local layer still has, recounted when the model or the
+  // stage's layers changed (a mask count is a device sync on cuda).
+  std::vector<int64_t> nonzero_params;
+  std::vector<int> nonzero_ids;
   AgentLink link;
   if (absl::Status s = StartAgent(config, env, **transport, *boundaries, &link);
       !s.ok()) {
@@ -412,11 +419,27 @@ absl::Status RunTraining(const TrainerConfig& requested, const DistEnv& env,
     if (absl::Status s = stage.RunIteration(iter, &stats); !s.ok()) return s;
     const bool model_changed = stage.TakeModelChanged();
 
-    // [mean loss of this replica, forward time per layer, backward time per
-    // layer, resident bytes per layer, memory used per stage], summed over
-    // the world: each layer has dp owners, each replica one last stage, so
-    // dividing by dp gives replica means.
-    const int memory_at = 1 + 3 * num_layers;  // per-stage memory
+    std::vector<int> local_ids;
+    for (int i = 0; i < stage.num_local_layers(); ++i) {
+      local_ids.push_back(stage.first_layer() + i);
+    }
+    if (model_changed || local_ids != nonzero_ids) {
+      nonzero_ids = local_ids;
+      nonzero_params.clear();
+      for (const OwnedLayer& owned : stage.layers()) {
+        nonzero_params.push_back(LayerNonZeroParameters(owned));
+      }
+    }
+
+    // [mean loss of this replica, then per layer: forward time, backward
+    // time, resident bytes, weight-gradient time, activation bytes,
+    // parameters; then memory used per stage], summed over the world: each
+    // layer has dp owners, each replica one last stage, so dividing by dp
+    // gives replica means.
+    const int wgrad_at = 1 + 3 * num_layers;
+    const int activation_at = 1 + 4 * num_layers;
+    const int params_at = 1 + 5 * num_layers;
+    const int memory_at = 1 + 6 * num_layers;  // per-stage memory
     // The last slot counts the ranks whose model changed this iteration.
     const int changed_at = memory_at + active_pp;
     torch::Tensor summary = torch::zeros({changed_at + 1}, torch::kDouble);
@@ -428,6 +451,11 @@ absl::Status RunTraining(const TrainerConfig& requested, const DistEnv& env,
       values[1 + num_layers + stage.first_layer() + i] = stats.backward_s[i];
       const int64_t resident = LayerResidentBytes(stage.layers()[i]);
       values[1 + 2 * num_layers + stage.first_layer() + i] = static_cast<double>(resident);
+      values[wgrad_at + stage.first_layer() + i] = stats.weight_grad_s[i];
+      values[activation_at + stage.first_layer() + i] =
+          static_cast<double>(stats.activation_bytes[i]);
+      values[params_at + stage.first_layer() + i] =
+          static_cast<double>(nonzero_params[i]);
       memory_used += resident;
     }
     // On a GPU the caching allocator knows the truth: the iteration's peak
@@ -443,11 +471,15 @@ absl::Status RunTraining(const TrainerConfig& requested, const DistEnv& env,
       agent::IterationSample sample;
       sample.iteration = iter;
       for (int i = 0; i < stage.num_local_layers(); ++i) {
-        core::LayerCost c = layer_costs[stage.first_layer() + i];
+        const int l = stage.first_layer() + i;
+        core::LayerCost c;
+        c.id = l;
         c.fwd_s = stats.forward_s[i] / config.microbatches;
-        c.bwd_s = stats.backward_s[i] / config.microbatches;
-        c.activation_bytes = static_cast<int64_t>(4) * config.micro_batch *
-                             config.model.seq_len * config.model.hidden;
+        c.bwd_s = (stats.backward_s[i] - stats.weight_grad_s[i]) / config.microbatches;
+        c.wgrad_s = stats.weight_grad_s[i] / config.microbatches;
+        c.params = nonzero_params[i];
+        c.resident_bytes = static_cast<int64_t>(values[1 + 2 * num_layers + l]);
+        c.activation_bytes = stats.activation_bytes[i];
         sample.layers.push_back(c);
       }
       sample.model_changed = model_changed;
@@ -493,6 +525,9 @@ absl::Status RunTraining(const TrainerConfig& requested, const DistEnv& env,
     record.active_ranks = (*transport)->world_size();
     for (int l = 0; l < num_layers; ++l) {
       record.layer_memory_bytes.push_back(static_cast<int64_t>(values[1 + 2 * num_layers + l]));
+      record.layer_weight_grad_s.push_back(values[wgrad_at + l]);
+      record.layer_activation_bytes.push_back(std::llround(values[activation_at + l]));
+      record.layer_params.push_back(std::llround(values[params_at + l]));
     }
     for (int st = 0; st < active_pp; ++st) {
       record.stage_memory_bytes.push_back(static_cast<int64_t>(values[memory_at + st]));

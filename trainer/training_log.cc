@@ -56,6 +56,9 @@ std::string IterationJson(const IterationRecord& r) {
   j["iteration_s"] = r.iteration_s;
   j["layer_forward_s"] = r.layer_forward_s;
   j["layer_backward_s"] = r.layer_backward_s;
+  j["layer_weight_grad_s"] = r.layer_weight_grad_s;
+  j["layer_activation_bytes"] = r.layer_activation_bytes;
+  j["layer_params"] = r.layer_params;
   j["stage_memory_bytes"] = r.stage_memory_bytes;
   j["layer_memory_bytes"] = r.layer_memory_bytes;
   j["memory_capacity_bytes"] = r.memory_capacity_bytes;

@@ -24,6 +24,14 @@ struct IterationRecord {
   // Per pipeline layer, summed over micro-batches, mean over dp replicas.
   std::vector<double> layer_forward_s;
   std::vector<double> layer_backward_s;
+  // The weight-gradient part of layer_backward_s (pipeline_stage.h).
+  std::vector<double> layer_weight_grad_s;
+  // Per pipeline layer, mean over dp replicas: the most activation bytes
+  // one micro-batch's forward left allocated (measured, activation_meter.h)
+  // and the parameters it still has (stage_memory.h): what each rank
+  // reports to the coordinator.
+  std::vector<int64_t> layer_activation_bytes;
+  std::vector<int64_t> layer_params;
   // Per stage: the forward + backward compute time of its layers.
   std::vector<double> stage_times_s;
   core::Boundaries boundaries;

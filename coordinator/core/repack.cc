@@ -1,6 +1,7 @@
 #include "coordinator/core/repack.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -87,7 +88,17 @@ absl::StatusOr<RepackResult> RepackOptimal(const PipelineModel& model,
     if (homogeneous) break;
   }
   if (!reference) return reference_error;
-  const double limit = *reference * (1 + options.tolerance);
+  const double own_optimum = *reference;
+  if (options.reference_bottleneck) {
+    if (!(*options.reference_bottleneck > 0) ||
+        !std::isfinite(*options.reference_bottleneck)) {
+      return absl::InvalidArgumentError(
+          "re-pack reference bottleneck must be finite and > 0");
+    }
+    reference = *options.reference_bottleneck;
+  }
+  // The current stages' own optimum always qualifies (nothing released).
+  const double limit = std::max(*reference * (1 + options.tolerance), own_optimum);
 
   std::optional<Candidate> chosen;
   for (int count = 1; count <= k && !chosen; ++count) {

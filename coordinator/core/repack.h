@@ -38,6 +38,12 @@ struct CommSplit {
 
 struct RepackOptions {
   double tolerance = 0;
+  // The bottleneck the tolerance is relative to. Unset: the optimum on all of
+  // `model`'s stages. A caller that has already re-packed passes the optimum
+  // on the job's full set of stages, so tolerances never compound (a second
+  // re-pack at tolerance t stays within 1 + t of that, not of the first
+  // re-pack's bottleneck). Must be finite and > 0 when set.
+  std::optional<double> reference_bottleneck;
   // Where the layers are now; default uniform (none when stages > layers).
   std::optional<Boundaries> current;
 };

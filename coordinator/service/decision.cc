@@ -47,6 +47,12 @@ absl::StatusOr<Decision> Decide(const DecisionInput& input) {
     core::RepackOptions ro;
     ro.tolerance = input.policy.repack_tolerance;
     ro.current = input.current;
+    if (input.full_stages > num_stages) {
+      core::PipelineModel full = input.model;
+      full.stages.assign(static_cast<size_t>(input.full_stages), input.model.stages[0]);
+      absl::StatusOr<double> best = core::OptimalBottleneck(full);
+      if (best.ok() && *best > 0) ro.reference_bottleneck = *best;
+    }
     absl::StatusOr<core::RepackResult> r = core::RepackOptimal(input.model, ro);
     if (!r.ok()) return r.status();
     if (!r->released_stages.empty()) {

@@ -23,6 +23,10 @@ struct DecisionInput {
   std::vector<int> active_stages;   // original stage id of each model stage
   core::Boundaries current;         // over the active stages
   Policy policy;
+  // Stages the job started with (active + released). Re-pack tolerance is
+  // relative to the optimal bottleneck on that many stages like the active
+  // ones, so re-packs never compound. 0 = the active stages.
+  int full_stages = 0;
 };
 
 struct Decision {

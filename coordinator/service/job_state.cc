@@ -576,6 +576,7 @@ void JobState::ApplyReportLocked(int rank,
   if (report.stage_memory_capacity_bytes() > 0) {
     r.memory_capacity_bytes = report.stage_memory_capacity_bytes();
   }
+  if (active) r.memory_used_bytes = report.stage_memory_used_bytes();
   r.last_iteration = report.iteration();
   r.applied_epoch = report.applied_epoch();
   newest_iteration_ = std::max(newest_iteration_, report.iteration());
@@ -713,6 +714,14 @@ absl::StatusOr<core::PipelineModel> JobState::ModelLocked() const {
   if (!layers.ok()) return layers.status();
   core::PipelineModel model;
   model.layers = *std::move(layers);
+  // Activations of this many micro-batches count into every stage's memory:
+  // the first stage's 1F1B peak (min(m, S)), all of them for GPipe; the same
+  // for every stage, so re-packing sees identical stages (an upper bound for
+  // the later 1F1B stages, which hold fewer).
+  const int stages = static_cast<int>(active_stages_.size());
+  const int inflight = schedule_ == core::Schedule::kGPipe
+                           ? microbatches_
+                           : std::min(microbatches_, stages);
   for (int stage : active_stages_) {
     core::StageSpec spec;
     int64_t cap = -1;
@@ -724,9 +733,34 @@ absl::StatusOr<core::PipelineModel> JobState::ModelLocked() const {
       }
     }
     spec.capacity_bytes = cap;
+    spec.inflight_microbatches = inflight;
     model.stages.push_back(spec);
   }
+  // What a stage measured beyond what its layers explain (allocator slack,
+  // workspaces, communication buffers) is not the layers' to carry along,
+  // but it is the stage's: it comes off the stage's cap.
+  const std::vector<int64_t> used = StageMemoryUsedLocked();
+  if (core::ValidateBoundaries(boundaries_, num_layers_, stages).ok()) {
+    const std::vector<int64_t> predicted = core::StageMemoryUse(model, boundaries_);
+    for (size_t s = 0; s < model.stages.size(); ++s) {
+      int64_t& cap = model.stages[s].capacity_bytes;
+      const int64_t unexplained = used[s] - predicted[s];
+      if (cap >= 0 && unexplained > 0) cap = std::max<int64_t>(0, cap - unexplained);
+    }
+  }
   return model;
+}
+
+std::vector<int64_t> JobState::StageMemoryUsedLocked() const {
+  std::vector<int64_t> used(active_stages_.size(), 0);
+  for (size_t s = 0; s < active_stages_.size(); ++s) {
+    for (const Rank& r : ranks_) {
+      if (r.registered && r.pipeline_rank == active_stages_[s]) {
+        used[s] = std::max(used[s], r.memory_used_bytes);
+      }
+    }
+  }
+  return used;
 }
 
 std::vector<double> JobState::LayerNoiseLocked() const {
@@ -770,6 +804,7 @@ absl::StatusOr<Decision> JobState::DecideLocked(
   in.active_stages = active_stages_;
   in.current = boundaries_;
   in.policy = policy_;
+  in.full_stages = pipeline_size_;
   absl::StatusOr<Decision> d = Decide(in);
   if (deps_.metrics != nullptr) {
     deps_.metrics->DecisionLatency(
@@ -1121,6 +1156,23 @@ dynmo::v1::JobStatus JobState::Status() const {
   st.set_predicted_bubble_ratio(bubble_);
   for (const auto& h : history_) *st.add_history() = h;
   if (in_flight_) *st.add_history() = *in_flight_;
+  absl::StatusOr<core::PipelineModel> model = ModelLocked();
+  if (model.ok()) {
+    for (const core::LayerCost& c : model->layers) {
+      dynmo::v1::LayerSample* l = st.add_layers();
+      l->set_layer(c.id);
+      l->set_fwd_s(c.fwd_s);
+      l->set_bwd_s(c.bwd_s);
+      l->set_wgrad_s(c.wgrad_s);
+      l->set_params(c.params);
+      l->set_resident_bytes(c.resident_bytes);
+      l->set_activation_bytes(c.activation_bytes);
+    }
+    for (const core::StageSpec& s : model->stages) {
+      st.add_stage_memory_cap_bytes(s.capacity_bytes);
+    }
+  }
+  for (int64_t used : StageMemoryUsedLocked()) st.add_stage_memory_used_bytes(used);
   return st;
 }
 

@@ -148,6 +148,7 @@ class JobState {
     std::string host;
     int device = 0;
     int64_t memory_capacity_bytes = 0;
+    int64_t memory_used_bytes = 0;  // newest report's measured stage memory
     int64_t last_iteration = -1;
     uint64_t applied_epoch = 0;
     std::shared_ptr<SessionSink> sink;
@@ -201,6 +202,8 @@ class JobState {
   int MissingSamples() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<core::PipelineModel> ModelLocked() const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Newest measured memory per active stage (max over its replicas).
+  std::vector<int64_t> StageMemoryUsedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Standard error of each layer's smoothed time, the max over replicas.
   std::vector<double> LayerNoiseLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateMeasuresLocked(const core::PipelineModel& model)

@@ -26,6 +26,40 @@ PipelineModel Model(const std::vector<double>& times, int stages,
   return m;
 }
 
+TEST(RepackOptimal, AReferenceFromTheFullJobKeepsTolerancesFromCompounding) {
+  // 8 equal layers on 8 stages, tolerance 1 (a 2x slower bottleneck allowed):
+  // the first re-pack goes to 4 stages (bottleneck 2 = 2 x 1).
+  PipelineModel m = Model(std::vector<double>(8, 1.0), 8);
+  RepackOptions o;
+  o.tolerance = 1.0;
+  auto first = RepackOptimal(m, o);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(first->active_stages.size(), 4u);
+  // Asked again on the 4 survivors, relative to their own optimum (2) it
+  // would halve again to 2 stages (bottleneck 4 = 4x the job's best) ...
+  PipelineModel survivors = Model(std::vector<double>(8, 1.0), 4);
+  RepackOptions again;
+  again.tolerance = 1.0;
+  again.current = first->boundaries;
+  auto compounding = RepackOptimal(survivors, again);
+  ASSERT_TRUE(compounding.ok());
+  EXPECT_EQ(compounding->active_stages.size(), 2u);
+  // ... relative to the full job's optimum (1) it stays where it is.
+  again.reference_bottleneck = 1.0;
+  auto fixed = RepackOptimal(survivors, again);
+  ASSERT_TRUE(fixed.ok()) << fixed.status();
+  EXPECT_EQ(fixed->active_stages.size(), 4u);
+  EXPECT_TRUE(fixed->released_stages.empty());
+  EXPECT_EQ(fixed->bottleneck, 2.0);
+  // A reference no layout can reach releases nothing and is no error.
+  again.reference_bottleneck = 0.01;
+  auto tight = RepackOptimal(survivors, again);
+  ASSERT_TRUE(tight.ok()) << tight.status();
+  EXPECT_EQ(tight->active_stages.size(), 4u);
+  again.reference_bottleneck = 0.0;
+  EXPECT_FALSE(RepackOptimal(survivors, again).ok());
+}
+
 TEST(RepackOptimal, OneHeavyLayerLetsTheOthersShareAStage) {
   // The heavy layer bounds the bottleneck at 10 whatever we do; the light
   // layers on either side of it (3 each) need a stage each, not two.
