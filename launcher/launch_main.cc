@@ -27,7 +27,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "agent/embedded_coordinator.h"
+#include "coordinator/service/embedded_coordinator.h"
 #include "launcher/orphan_guard.h"
 #include "launcher/rank_env.h"
 #include "launcher/rank_supervisor.h"
@@ -231,10 +231,10 @@ int main(int argc, char** argv) {
   if (!guard.ok()) return Fatal(guard.status().message());
 
   const std::string coordinator_flag = absl::GetFlag(FLAGS_coordinator);
-  std::unique_ptr<agent::EmbeddedCoordinator> embedded;
+  std::unique_ptr<service::EmbeddedCoordinator> embedded;
   if (coordinator_flag == "embedded") {
-    absl::StatusOr<std::unique_ptr<agent::EmbeddedCoordinator>> started =
-        agent::EmbeddedCoordinator::Start();
+    absl::StatusOr<std::unique_ptr<service::EmbeddedCoordinator>> started =
+        service::EmbeddedCoordinator::Start();
     if (!started.ok()) {
       return Fatal(absl::StrCat("cannot start the embedded coordinator: ",
                                 started.status().message()));

@@ -192,20 +192,6 @@ absl::StatusOr<core::Boundaries> StartingBoundaries(const TrainerConfig& c) {
   return c.initial_boundaries;
 }
 
-absl::StatusOr<core::Boundaries> ParseBoundaries(absl::string_view text) {
-  core::Boundaries b;
-  for (absl::string_view part : absl::StrSplit(text, ',')) {
-    int v = 0;
-    if (!absl::SimpleAtoi(part, &v)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("boundaries must be comma-separated integers, got '",
-                       text, "'"));
-    }
-    b.push_back(v);
-  }
-  return b;
-}
-
 RankPosition PositionOfRank(int rank, int dp) {
   return RankPosition{rank / dp, rank % dp};
 }

@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "coordinator/core/boundaries.h"
+#include "trainer/boundaries_text.h"  // ParseBoundaries, for the flags
 #include "trainer/dynamism/dynamism_config.h"
 
 namespace dynmo::trainer {
@@ -132,8 +133,6 @@ absl::StatusOr<core::Boundaries> StartingBoundaries(const TrainerConfig& config)
 // Parameters of pipeline layer `id` (embedding, block or head).
 int64_t LayerParameterCount(const ModelConfig& model, int id);
 
-// Parses "0,3,6" into boundaries (no validation against a model).
-absl::StatusOr<core::Boundaries> ParseBoundaries(absl::string_view text);
 
 // Where rank `rank` sits in the pp x dp grid.
 struct RankPosition {

@@ -8,39 +8,11 @@
 
 namespace dynmo::trainer {
 
-absl::StatusOr<RepackStep> StepForPlan(const dynmo::v1::Plan& plan,
-                                       const StageLayout& current, int num_layers,
-                                       int dp) {
-  StageLayout to;
-  to.active_stages.assign(plan.active_stages().begin(), plan.active_stages().end());
-  if (to.active_stages.empty()) to.active_stages = current.active_stages;
-  to.boundaries.assign(plan.boundaries().begin(), plan.boundaries().end());
-  for (int s : plan.released_stages()) {
-    for (int a : to.active_stages) {
-      if (a == s) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("stage ", s, " is both active and released"));
-      }
-    }
-  }
-  absl::StatusOr<RepackStep> step = PlanRepackStep(current, to, num_layers, dp);
-  if (!step.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "plan (active stages ", absl::StrJoin(to.active_stages, ","), ", boundaries ",
-        absl::StrJoin(to.boundaries, ","), "): ", step.status().message()));
-  }
-  return step;
-}
-
-absl::Status ApplyLayoutStep(const RepackStep& step,
-                             absl::Span<const core::LayerCost> layer_costs,
+absl::Status ApplyLayoutStep(const RepackStep& step, const core::MigrationPlan& moves,
                              PipelineStage& stage,
                              std::unique_ptr<Transport>* transport) {
   // Moves in current active indices: every destination is a running stage.
-  absl::StatusOr<core::MigrationPlan> moves =
-      core::PlanMigration(layer_costs, step.owner_before, step.owner_after);
-  if (!moves.ok()) return moves.status();
-  if (absl::Status s = stage.ApplyMigration(*moves, step.expanded_to); !s.ok()) {
+  if (absl::Status s = stage.ApplyMigration(moves, step.expanded_to); !s.ok()) {
     return s;
   }
   if (!step.releases()) return absl::OkStatus();

@@ -8,8 +8,7 @@
 //      (Transport::Shrink: new groups, ranks renumbered by the new stage
 //      index), and the survivors' stages are rebound to it.
 // A released rank comes back with a null transport and must leave the job.
-// Also the coordinator plan -> StageLayout conversion, validated alike on
-// every rank so that all ranks accept or refuse a plan together.
+// (What a coordinator plan asks for, and the moves it sends: plan_step.h.)
 #ifndef DYNMO_TRAINER_REPACK_H_
 #define DYNMO_TRAINER_REPACK_H_
 
@@ -17,26 +16,19 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/types/span.h"
-#include "coordinator/core/cost_model.h"
-#include "dynmo/v1/plan.pb.h"
+#include "coordinator/core/migration.h"
 #include "trainer/pipeline_stage.h"
 #include "trainer/repack_layout.h"
 #include "trainer/transport.h"
 
 namespace dynmo::trainer {
 
-// The layout a committed plan asks for (active_stages empty: the running
-// ones), as a step from `current`. Errors are the reason to refuse the plan.
-absl::StatusOr<RepackStep> StepForPlan(const dynmo::v1::Plan& plan,
-                                       const StageLayout& current, int num_layers,
-                                       int dp);
-
-// Applies `step` (see above). `*transport` becomes the survivors' transport,
-// or null when this rank's stage was released. Every rank of the current
-// transport must call it with the same step.
-absl::Status ApplyLayoutStep(const RepackStep& step,
-                             absl::Span<const core::LayerCost> layer_costs,
+// Applies `step` (see above), moving layers as `moves` says (over the
+// current active indices, in order: a coordinator plan's own list, or one
+// core::PlanMigration derived). `*transport` becomes the survivors'
+// transport, or null when this rank's stage was released. Every rank of the
+// current transport must call it with the same step and moves.
+absl::Status ApplyLayoutStep(const RepackStep& step, const core::MigrationPlan& moves,
                              PipelineStage& stage,
                              std::unique_ptr<Transport>* transport);
 

@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "trainer/config.h"
+#include "trainer/boundaries_text.h"
 
 namespace dynmo::trainer {
 

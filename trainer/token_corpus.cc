@@ -8,7 +8,6 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "trainer/indexed_dataset.h"
 
 namespace dynmo::trainer {
 namespace {
@@ -34,11 +33,6 @@ class ByteTextCorpus : public TokenCorpus {
   int64_t max_ = 0;
 };
 
-bool FileExists(const std::string& path) {
-  struct stat st;
-  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TokenCorpus>> OpenByteTextCorpus(
@@ -51,22 +45,6 @@ absl::StatusOr<std::unique_ptr<TokenCorpus>> OpenByteTextCorpus(
     return absl::InvalidArgumentError(absl::StrCat("--data=", path, " is empty"));
   }
   return std::unique_ptr<TokenCorpus>(new ByteTextCorpus(path, std::move(bytes)));
-}
-
-absl::StatusOr<std::unique_ptr<TokenCorpus>> OpenTokenCorpus(
-    const std::string& path) {
-  std::string prefix;
-  if (absl::EndsWith(path, ".bin") || absl::EndsWith(path, ".idx")) {
-    prefix = path.substr(0, path.size() - 4);
-  } else if (!FileExists(path) && FileExists(path + ".idx")) {
-    prefix = path;
-  }
-  if (!prefix.empty()) {
-    absl::StatusOr<std::unique_ptr<IndexedDataset>> ds = IndexedDataset::Open(prefix);
-    if (!ds.ok()) return ds.status();
-    return std::unique_ptr<TokenCorpus>(std::move(*ds));
-  }
-  return OpenByteTextCorpus(path);
 }
 
 void FillMicroBatch(const TokenCorpus& corpus, const SampleLayout& layout,

@@ -5,7 +5,7 @@
 //                    .bin/.idx pair, "MMIDIDX" version 1, what Megatron and
 //                    DeepSpeed preprocessing writes); its documents are read
 //                    back to back as one stream. See indexed_dataset.h.
-// OpenTokenCorpus picks the source from the path. Implementations are
+// OpenTokenCorpus (open_token_corpus.h) picks the source from the path. Implementations are
 // immutable after opening and thread-safe for concurrent reads.
 #ifndef DYNMO_TRAINER_TOKEN_CORPUS_H_
 #define DYNMO_TRAINER_TOKEN_CORPUS_H_
@@ -37,11 +37,6 @@ class TokenCorpus {
 
 // The bytes of a text file as tokens 0..255. Errors: unreadable or empty file.
 absl::StatusOr<std::unique_ptr<TokenCorpus>> OpenByteTextCorpus(
-    const std::string& path);
-
-// `path` ending in .bin or .idx, or a prefix P with P.bin and P.idx present:
-// an indexed dataset; any other existing file: byte-level text.
-absl::StatusOr<std::unique_ptr<TokenCorpus>> OpenTokenCorpus(
     const std::string& path);
 
 // Training samples: window k of the stream is tokens [k*seq_len, k*seq_len +

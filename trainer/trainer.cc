@@ -13,17 +13,15 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "agent/agent.h"
-#include "agent/embedded_coordinator.h"
-#include "coordinator/service/coordinator.h"
-#include "coordinator/service/job_registry.h"
-#include "coordinator/service/job_state.h"
+#include "agent/operator_client.h"
 #include "coordinator/core/migration.h"
-#include "dynmo/v1/operator.grpc.pb.h"
-#include "grpcpp/client_context.h"
 #include "trainer/checkpoint.h"
 #include "trainer/pipeline_stage.h"
+#include "trainer/plan_step.h"
 #include "trainer/repack.h"
 #include "trainer/device.h"
+#include "trainer/local_coordinator.h"
+#include "trainer/open_token_corpus.h"
 #include "trainer/stage_memory.h"
 #include "trainer/token_corpus.h"
 #include "trainer/transport.h"
@@ -32,20 +30,21 @@ namespace dynmo::trainer {
 namespace {
 
 // The coordinator side of one rank: the agent, and on rank 0 of an
-// "embedded" job the coordinator itself (destroyed after the agent).
+// "embedded" job the local coordinator daemon (stopped after the agent).
 struct AgentLink {
-  std::unique_ptr<agent::EmbeddedCoordinator> embedded;
+  std::unique_ptr<LocalCoordinator> embedded;
   std::unique_ptr<agent::Agent> agent;
+  std::string address;
   ~AgentLink() {
     if (agent != nullptr) agent->Stop();
     agent.reset();
-    if (embedded != nullptr) embedded->Shutdown();
+    embedded.reset();
   }
 };
 
-// Sets the job's balancer/trigger through the OperatorService (rank 0, once
-// its agent registered the job). A policy the coordinator rejects is an
-// error; an unreachable coordinator only a warning (training goes on).
+// Sets the job's balancer/trigger through the agent's OperatorClient (rank
+// 0, once its agent registered the job). A policy the coordinator rejects is
+// an error; an unreachable coordinator only a warning (training goes on).
 absl::Status SetJobPolicy(const TrainerConfig& config, const std::string& address,
                           agent::Agent& agent) {
   if (config.balancer.empty() && config.trigger.empty() && !config.repack) {
@@ -56,35 +55,21 @@ absl::Status SetJobPolicy(const TrainerConfig& config, const std::string& addres
               << " not reachable; policy not set" << std::endl;
     return absl::OkStatus();
   }
-  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
-      agent::MakeChannel(address, agent::ChannelOptions{});
-  if (!channel.ok()) return channel.status();
-  auto stub = dynmo::v1::OperatorService::NewStub(*channel);
-  dynmo::v1::SetPolicyRequest req;
-  req.set_job(config.job);
-  req.mutable_policy()->set_balancer(config.balancer);
-  req.mutable_policy()->set_trigger(config.trigger);
-  req.mutable_policy()->set_repack(config.repack);
-  req.mutable_policy()->set_repack_tolerance(config.repack_tolerance);
-  grpc::Status s;
-  for (int attempt = 0; attempt < 20; ++attempt) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    dynmo::v1::SetPolicyResponse resp;
-    s = stub->SetPolicy(&ctx, req, &resp);
-    if (s.ok()) return absl::OkStatus();
-    if (s.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--balancer/--trigger: ", s.error_message()));
-    }
-    if (s.error_code() != grpc::StatusCode::NOT_FOUND &&
-        s.error_code() != grpc::StatusCode::UNAVAILABLE) {
-      break;
-    }
-    usleep(100 * 1000);  // the job appears once a rank registered
+  absl::StatusOr<agent::OperatorClient> client =
+      agent::OperatorClient::Connect(address, agent::ChannelOptions{});
+  if (!client.ok()) return client.status();
+  agent::JobPolicy policy;
+  policy.balancer = config.balancer;
+  policy.trigger = config.trigger;
+  policy.repack = config.repack;
+  policy.repack_tolerance = config.repack_tolerance;
+  const absl::Status s = client->SetPolicy(config.job, policy);
+  if (s.code() == absl::StatusCode::kInvalidArgument) {
+    return absl::InvalidArgumentError(absl::StrCat("--balancer/--trigger: ", s.message()));
   }
-  std::cerr << "dynmo-train: warning: SetPolicy at " << address << ": "
-            << s.error_message() << std::endl;
+  if (!s.ok()) {
+    std::cerr << "dynmo-train: warning: " << s.message() << " at " << address << std::endl;
+  }
   return absl::OkStatus();
 }
 
@@ -101,21 +86,20 @@ absl::Status StartAgent(const TrainerConfig& config, const DistEnv& env,
   if (config.coordinator == "embedded") {
     torch::Tensor port = torch::zeros({1}, torch::kDouble);
     if (env.rank == 0) {
-      service::ServerOptions options;
-      options.coordinator.job.plan_lead_iterations = 5;
-      absl::StatusOr<std::unique_ptr<agent::EmbeddedCoordinator>> started =
-          agent::EmbeddedCoordinator::Start(options);
+      absl::StatusOr<std::unique_ptr<LocalCoordinator>> started =
+          LocalCoordinator::Start({"--plan_lead_iterations=5"});
       if (!started.ok()) {
         return absl::Status(started.status().code(),
                             absl::StrCat("cannot start the embedded coordinator: ",
                                          started.status().message()));
       }
       link->embedded = *std::move(started);
-      port.accessor<double, 1>()[0] = link->embedded->server().port();
+      port.accessor<double, 1>()[0] = link->embedded->port();
     }
     if (absl::Status s = transport.AllReduceSumWorld(port); !s.ok()) return s;
     address = absl::StrCat("127.0.0.1:", static_cast<int>(port.accessor<double, 1>()[0]));
   }
+  link->address = address;
   const RankPosition pos = PositionOfRank(env.rank, config.dp);
   agent::AgentConfig ac;
   ac.coordinator = address;
@@ -165,11 +149,12 @@ absl::Status StartAgent(const TrainerConfig& config, const DistEnv& env,
 // acknowledging a held plan as failed).
 struct AgreedPlan {
   dynmo::v1::Plan plan;
-  RepackStep step;
+  PlanExecution execution;  // the step and the plan's own moves
 };
 absl::StatusOr<std::optional<AgreedPlan>> AgreeOnPlan(
     agent::Agent& agent, Transport& transport, int64_t iter,
-    const StageLayout& layout, int num_layers, int dp) {
+    const StageLayout& layout, int num_layers, int dp,
+    absl::Span<const core::LayerCost> layer_costs) {
   std::optional<dynmo::v1::Plan> due = agent.PlanToApplyAt(iter);
   torch::Tensor t = torch::zeros({3}, torch::kDouble);
   const double e = due ? static_cast<double>(due->epoch()) : 0;
@@ -196,9 +181,10 @@ absl::StatusOr<std::optional<AgreedPlan>> AgreeOnPlan(
                              due->epoch()));
   }
   // Deterministic checks on a plan every rank holds: all decide alike.
-  absl::StatusOr<RepackStep> step = StepForPlan(*due, layout, num_layers, dp);
-  if (!step.ok()) return fail(std::string(step.status().message()));
-  return AgreedPlan{*std::move(due), *std::move(step)};
+  absl::StatusOr<PlanExecution> execution =
+      ExecutionForPlan(*due, layout, num_layers, dp, layer_costs);
+  if (!execution.ok()) return fail(std::string(execution.status().message()));
+  return AgreedPlan{*std::move(due), *std::move(execution)};
 }
 
 // A rank whose stage a re-pack released, after the survivors connected:
@@ -224,12 +210,13 @@ absl::Status LeaveReleased(const TrainerConfig& config, const DistEnv& env,
     std::cout << "dynmo-train: rank " << env.rank
               << " keeps serving the embedded coordinator until the job ends"
               << std::endl;
+    absl::StatusOr<agent::OperatorClient> client =
+        agent::OperatorClient::Connect(link.address, agent::ChannelOptions{});
     int idle_polls = 0;
-    while (idle_polls < 10) {  // 2 s without a connected rank
-      absl::StatusOr<std::shared_ptr<service::JobState>> job =
-          link.embedded->server().coordinator().jobs().Find(config.job);
-      if (!job.ok()) break;
-      idle_polls = (*job)->Summary().connected_ranks() == 0 ? idle_polls + 1 : 0;
+    while (client.ok() && idle_polls < 10) {  // 2 s without a connected rank
+      absl::StatusOr<int> connected = client->ConnectedRanks(config.job);
+      if (!connected.ok()) break;
+      idle_polls = *connected == 0 ? idle_polls + 1 : 0;
       usleep(200 * 1000);
     }
   }
@@ -362,8 +349,10 @@ absl::Status RunTraining(const TrainerConfig& requested, const DistEnv& env,
       absl::StatusOr<RepackStep> step = PlanRepackStep(
           layout, ResolveTarget(layout, target), num_layers, config.dp);
       if (!step.ok()) return step.status();
-      if (absl::Status s = ApplyLayoutStep(*step, layer_costs, stage, &*transport);
-          !s.ok()) {
+      absl::StatusOr<core::MigrationPlan> moves =
+          core::PlanMigration(layer_costs, step->owner_before, step->owner_after);
+      if (!moves.ok()) return moves.status();
+      if (absl::Status s = ApplyLayoutStep(*step, *moves, stage, &*transport); !s.ok()) {
         return s;
       }
       layout = step->to;
@@ -375,13 +364,14 @@ absl::Status RunTraining(const TrainerConfig& requested, const DistEnv& env,
     }
     if (link.agent != nullptr) {
       absl::StatusOr<std::optional<AgreedPlan>> agreed = AgreeOnPlan(
-          *link.agent, **transport, iter, layout, num_layers, config.dp);
+          *link.agent, **transport, iter, layout, num_layers, config.dp, layer_costs);
       if (!agreed.ok()) return agreed.status();
       if (agreed->has_value()) {
         const dynmo::v1::Plan& p = (*agreed)->plan;
-        const RepackStep& step = (*agreed)->step;
+        const RepackStep& step = (*agreed)->execution.step;
         const bool was_rank0 = (*transport)->rank() == 0;
-        if (absl::Status s = ApplyLayoutStep(step, layer_costs, stage, &*transport);
+        if (absl::Status s = ApplyLayoutStep(step, (*agreed)->execution.moves, stage,
+                                             &*transport);
             !s.ok()) {
           (void)link.agent->Acknowledge(p.epoch(), false, std::string(s.message()));
           return s;

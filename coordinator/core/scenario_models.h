@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "coordinator/core/scenario.h"
+#include "coordinator/core/scenario_config.h"
 
 namespace dynmo::core::scenario_internal {
 

@@ -52,6 +52,9 @@ ABSL_FLAG(double, migration_bandwidth, 10e9,
 ABSL_FLAG(double, auto_noise_sigmas, 3.0,
           "auto trigger: a gain must be this many standard deviations of the "
           "measured timing noise (0 = ignore noise)");
+ABSL_FLAG(std::string, port_file, "",
+          "once listening, write the gRPC port to this file (atomically: "
+          "FILE.tmp, then renamed), for a parent that asked for port 0");
 ABSL_FLAG(int, max_jobs, 1024, "jobs served at most");
 ABSL_FLAG(int, max_message_bytes, 4 << 20, "largest accepted gRPC message");
 
@@ -141,6 +144,17 @@ int main(int argc, char** argv) {
                         .c_str()
                   : "");
   std::fflush(stdout);
+  if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
+    const std::string tmp = path + ".tmp";
+    std::FILE* f = std::fopen(tmp.c_str(), "w");
+    const bool written = f != nullptr && std::fprintf(f, "%d\n", (*server)->port()) > 0;
+    if (f != nullptr) std::fclose(f);
+    if (!written || std::rename(tmp.c_str(), path.c_str()) != 0) {
+      std::fprintf(stderr, "dynmo-coordinator: cannot write --port_file %s\n", path.c_str());
+      (*server)->Shutdown();
+      return 1;
+    }
+  }
 
   int sig = 0;
   sigwait(&signals, &sig);

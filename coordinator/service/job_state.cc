@@ -11,6 +11,7 @@
 #include "coordinator/core/cost_noise.h"
 #include "coordinator/core/measures.h"
 #include "coordinator/core/partition.h"
+#include "coordinator/service/plan_convert.h"
 #include "coordinator/service/validation.h"
 
 namespace dynmo::service {
@@ -821,26 +822,7 @@ absl::StatusOr<dynmo::v1::Plan> JobState::IssueLocked(
   plan.set_epoch(epoch_ + 1);
   plan.set_apply_iteration(std::max<int64_t>(newest_iteration_, 0) +
                            options_.plan_lead_iterations);
-  for (int b : d.boundaries) plan.add_boundaries(b);
-  for (int s : d.active_stages) plan.add_active_stages(s);
-  for (int s : d.released_stages) plan.add_released_stages(s);
-  for (const auto& m : d.migrations) {
-    auto* lm = plan.add_migrations();
-    lm->set_layer(m.layer);
-    lm->set_from_stage(m.from_stage);
-    lm->set_to_stage(m.to_stage);
-    lm->set_bytes(m.bytes);
-    lm->set_round(m.round);
-  }
-  for (const auto& c : d.split) {
-    auto* cs = plan.add_split();
-    cs->set_stage(c.stage);
-    cs->set_color(c.color);
-    cs->set_key(c.key);
-  }
-  plan.set_migration_bytes(d.migration_bytes);
-  plan.set_predicted_bottleneck_s(d.predicted_bottleneck_s);
-  plan.set_previous_bottleneck_s(d.current_bottleneck_s);
+  SetPlanLayout(d, &plan);
   plan.set_reason(reason);
   plan.set_decided_unix_nanos(absl::ToUnixNanos(now));
   plan.set_commit_with_prepare(options_.in_band_commit);

@@ -8,12 +8,14 @@
 #include <map>
 #include <set>
 
-#include "agent/embedded_coordinator.h"
+#include "coordinator/service/embedded_coordinator.h"
 #include "coordinator/core/partition.h"
 #include "gtest/gtest.h"
 
 namespace dynmo::agent {
 namespace {
+
+using service::EmbeddedCoordinator;
 
 constexpr int kStages = 4;
 constexpr int kReplicas = 3;  // 12 ranks: rank = replica * kStages + stage

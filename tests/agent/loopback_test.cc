@@ -5,12 +5,14 @@
 #include <set>
 
 #include "agent/agent.h"
-#include "agent/embedded_coordinator.h"
+#include "coordinator/service/embedded_coordinator.h"
 #include "coordinator/core/partition.h"
 #include "gtest/gtest.h"
 
 namespace dynmo::agent {
 namespace {
+
+using service::EmbeddedCoordinator;
 
 constexpr int kRanks = 8;
 constexpr int kLayers = 16;

@@ -12,6 +12,7 @@
 
 #include "gtest/gtest.h"
 #include "trainer/dynamism/freezing.h"
+#include "trainer/open_token_corpus.h"
 #include "trainer/pipeline_stage.h"
 #include "trainer/token_corpus.h"
 #include "trainer/transport.h"

@@ -11,6 +11,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "trainer/open_token_corpus.h"
 #include "trainer/token_corpus.h"
 
 namespace dynmo::trainer {

@@ -1,0 +1,28 @@
+#include "coordinator/service/plan_convert.h"
+
+namespace dynmo::service {
+
+void SetPlanLayout(const Decision& d, dynmo::v1::Plan* plan) {
+  for (int b : d.boundaries) plan->add_boundaries(b);
+  for (int s : d.active_stages) plan->add_active_stages(s);
+  for (int s : d.released_stages) plan->add_released_stages(s);
+  for (const core::LayerMigration& m : d.migrations) {
+    dynmo::v1::LayerMove* lm = plan->add_migrations();
+    lm->set_layer(m.layer);
+    lm->set_from_stage(m.from_stage);
+    lm->set_to_stage(m.to_stage);
+    lm->set_bytes(m.bytes);
+    lm->set_round(m.round);
+  }
+  for (const core::CommSplit& c : d.split) {
+    dynmo::v1::CommSplit* cs = plan->add_split();
+    cs->set_stage(c.stage);
+    cs->set_color(c.color);
+    cs->set_key(c.key);
+  }
+  plan->set_migration_bytes(d.migration_bytes);
+  plan->set_predicted_bottleneck_s(d.predicted_bottleneck_s);
+  plan->set_previous_bottleneck_s(d.current_bottleneck_s);
+}
+
+}  // namespace dynmo::service

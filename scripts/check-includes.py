@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""Fails when a source file includes something its folder may not.
+
+The directions are the ones each top-level folder's README states: the
+decision core depends on nothing of ours, the service never on the agent or
+the trainer, the agent / trainer / clients never on the service, nothing on
+the trainer or the launcher, and LibTorch only in the trainer (and in tests
+and benchmarks). It also fails on include cycles between modules (a module
+is a .h/.cc pair; a .cc including another module's header is an edge).
+
+    python3 scripts/check-includes.py [ROOT]     # exit 0: clean, 1: findings
+"""
+import os
+import re
+import sys
+
+# Folder -> the repository folders its files may include (its own included).
+# "dynmo/v1" is the generated protobuf/gRPC code of proto/.
+ALLOWED = {
+    "coordinator/core": {"coordinator/core"},
+    "coordinator/formats": {"coordinator/core", "coordinator/formats"},
+    "coordinator/tools": {"coordinator/core", "coordinator/formats", "coordinator/tools"},
+    "coordinator/service": {"coordinator/core", "coordinator/formats",
+                            "coordinator/service", "dynmo/v1"},
+    "agent": {"agent", "coordinator/core", "dynmo/v1"},
+    "clients": {"clients", "agent", "coordinator/core", "coordinator/formats", "dynmo/v1"},
+    "launcher": {"launcher", "agent", "coordinator/service", "coordinator/core", "dynmo/v1"},
+    "kernels": {"kernels"},
+    "trainer": {"trainer", "agent", "coordinator/core", "coordinator/formats",
+                "kernels", "dynmo/v1"},
+}
+# Folders whose own code may include any of ours (they test or measure it).
+ANYTHING = {"tests", "bench", "examples"}
+OURS = ["coordinator/core", "coordinator/formats", "coordinator/tools",
+        "coordinator/service", "agent", "clients", "launcher", "kernels",
+        "trainer", "dynmo/v1", "tests", "bench"]
+TORCH = ("torch/", "ATen/", "c10/", "caffe2/")
+TORCH_ALLOWED = {"trainer"} | ANYTHING
+# External libraries the pure layers must not see.
+NO_IO = {
+    "coordinator/core": ("grpc", "grpcpp/", "google/protobuf/", "nlohmann/", "prometheus/"),
+    "coordinator/formats": ("grpc", "grpcpp/", "google/protobuf/", "prometheus/"),
+    "kernels": ("grpc", "grpcpp/", "google/protobuf/", "nlohmann/"),
+}
+INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]')
+SOURCES = (".h", ".hpp", ".cc", ".cpp", ".cu", ".cuh")
+
+
+def folder_of(rel):
+    for f in sorted(ALLOWED, key=len, reverse=True):
+        if rel.startswith(f + "/"):
+            return f
+    top = rel.split("/", 1)[0]
+    return top if top in ANYTHING else None
+
+
+def ours(path):
+    for f in sorted(OURS, key=len, reverse=True):
+        if path.startswith(f + "/"):
+            return f
+    return None
+
+
+def module(path):
+    return os.path.splitext(path)[0]
+
+
+def main():
+    root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else
+                           os.path.join(os.path.dirname(__file__), ".."))
+    findings = []
+    edges = {}
+    for top in sorted(set(f.split("/")[0] for f in ALLOWED)):
+        for dirpath, _, files in os.walk(os.path.join(root, top)):
+            for name in sorted(files):
+                if not name.endswith(SOURCES):
+                    continue
+                full = os.path.join(dirpath, name)
+                rel = os.path.relpath(full, root)
+                folder = folder_of(rel)
+                if folder is None:
+                    continue
+                with open(full, encoding="utf-8", errors="replace") as fh:
+                    for n, line in enumerate(fh, 1):
+                        m = INCLUDE.match(line)
+                        if not m:
+                            continue
+                        inc = m.group(1)
+                        where = f"{rel}:{n}: includes {inc}"
+                        target = ours(inc)
+                        if target and folder not in ANYTHING and target not in ALLOWED[folder]:
+                            findings.append(f"{where}, but {folder}/ may not include {target}/")
+                        if inc.startswith(TORCH) and folder not in TORCH_ALLOWED:
+                            findings.append(f"{where}: LibTorch outside the trainer")
+                        for bad in NO_IO.get(folder, ()):
+                            if inc.startswith(bad):
+                                findings.append(f"{where}: {folder}/ stays free of {bad.rstrip('/')}")
+                        if target and target != "dynmo/v1" and module(inc) != module(rel):
+                            edges.setdefault(module(rel), set()).add(module(inc))
+    # Module-level cycles (Tarjan's strongly connected components).
+    index, low, stack, on_stack, sccs = {}, {}, [], set(), []
+    counter = [0]
+
+    def connect(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            scc = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                scc.append(w)
+                if w == v:
+                    break
+            if len(scc) > 1:
+                sccs.append(sorted(scc))
+
+    sys.setrecursionlimit(10000)
+    for v in sorted(edges):
+        if v not in index:
+            connect(v)
+    for scc in sccs:
+        findings.append("include cycle between modules: " + " <-> ".join(scc))
+    for f in findings:
+        print(f)
+    if findings:
+        print(f"check-includes: {len(findings)} finding(s)", file=sys.stderr)
+        return 1
+    print("check-includes: every include points an allowed way, no cycles")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
