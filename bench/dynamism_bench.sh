@@ -57,8 +57,11 @@ TRIGGER[early-exit]="on-event"; STEPS[early-exit]=30
 FLAGS[mod]="--hidden=128 --heads=4 --seq_len=128 --micro_batch=4 --microbatches=4 \
   --dynamism=mod --mod_capacity=0.125 --mod_every=1 --mod_first=5"
 TRIGGER[mod]="every:4"; STEPS[mod]=30
-FLAGS[mod-predictor]="${FLAGS[mod]} --mod_routing=predictor"
-TRIGGER[mod-predictor]="on-event"; STEPS[mod-predictor]=30
+# lr 3e-4: at the default 1e-3 AdamW's first steps swing the predictor's
+# logits for whole sequences at once, so a block's routed fraction flips
+# between 0 and 1 from one iteration to the next.
+FLAGS[mod-predictor]="${FLAGS[mod]} --mod_routing=predictor --lr=3e-4"
+TRIGGER[mod-predictor]="on-event"; STEPS[mod-predictor]=40
 
 run() {  # run NAME EXTRA_FLAGS...
   local name=$1; shift

@@ -75,7 +75,15 @@ torch::Tensor MixtureOfDepthsRouter::Route(const torch::Tensor& x, MicroBatchCon
   torch::Tensor out = RunChosen(x, subset, scores, body);
   if (is_training() && predictor_loss_weight_ > 0) {
     const torch::Tensor target = torch::zeros({b, t}, x.options()).scatter(1, top_k, 1.0f);
-    const torch::Tensor loss = F::binary_cross_entropy_with_logits(logits, target);
+    F::BinaryCrossEntropyWithLogitsFuncOptions options;
+    if (by_predictor_ && capacity_ < 1) {
+      // The positives weigh (1 − c)/c: logit > 0 then means P(top-k) > c, so
+      // an undecided predictor routes about half the tokens and the count
+      // falls toward k as it learns. Unweighted, it would first learn the
+      // prior (P = c < ½ everywhere) and route no token at all.
+      options.pos_weight(torch::full({1}, (1 - capacity_) / capacity_, x.options()));
+    }
+    const torch::Tensor loss = F::binary_cross_entropy_with_logits(logits, target, options);
     ctx.aux_losses.push_back(static_cast<float>(predictor_loss_weight_) * loss);
   }
   return out;

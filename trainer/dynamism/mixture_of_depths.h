@@ -16,7 +16,10 @@
 //   predictor  in training too, the tokens whose predictor logit is > 0:
 //              how many varies per sequence and per iteration, and moves
 //              toward the capacity fraction as the predictor learns (the
-//              paper's variant; the load the balancer sees moves).
+//              paper's variant; the load the balancer sees moves). Its BCE
+//              weighs the positives (1 − c)/c, so logit > 0 means
+//              P(top-k) > c: it starts near half the tokens and falls
+//              toward k, rather than first routing none (the prior).
 //
 // Outside training (eval mode) both route by the predictor. Sequences with
 // different counts are packed [B, width, H] (token_subset.h): real tokens
