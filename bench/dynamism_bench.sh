@@ -1,6 +1,14 @@
 #!/usr/bin/env bash
-# The six dynamic-model cases, static vs DynMo, measured (issue 5's
-# benchmark; results in docs/benchmarks.md, "Dynamic-model cases").
+# The six dynamic-model cases (MoD twice: top-k and predictor routing),
+# static vs DynMo, measured (issue 5's benchmark; results in
+# docs/benchmarks.md, "Dynamic-model cases").
+#
+# mod-predictor is mod with --mod_routing=predictor: the tokens a MoD block
+# runs are those its causal predictor picks, so the load moves as the
+# predictor learns (rank 0 prints "mod: tokens run by blocks ..." at each
+# move, reported as "model changed": hence the on-event trigger). The
+# early-exit case runs CALM's recipe: exited tokens cost only their keys
+# and values in later blocks.
 #
 # For every case: a CPU run at pp=2 (two dynmo-train ranks under
 # dynmo-launch, one intra-op thread each) with the static partition
@@ -13,7 +21,7 @@
 # iterations: a structural imbalance such as MoD's never "drifts", so
 # on-change would never fire).
 #
-#   bash bench/dynamism_bench.sh [BIN_DIR] [CASE...]   # default: build/bin, all six
+#   bash bench/dynamism_bench.sh [BIN_DIR] [CASE...]   # default: build/bin, all seven
 # Outputs land in out/bench-dynamism/. Needs a quiet machine: both ranks
 # share the cores, so other load distorts the stage times.
 set -euo pipefail
@@ -21,7 +29,7 @@ cd "$(dirname "$0")/.."
 BIN=${1:-build/bin}
 shift || true
 CASES=("$@")
-[ ${#CASES[@]} -gt 0 ] || CASES=(moe pruning freezing sparse-attention early-exit mod)
+[ ${#CASES[@]} -gt 0 ] || CASES=(moe pruning freezing sparse-attention early-exit mod mod-predictor)
 OUT=out/bench-dynamism
 mkdir -p "$OUT"
 
@@ -49,6 +57,11 @@ TRIGGER[early-exit]="on-event"; STEPS[early-exit]=30
 FLAGS[mod]="--hidden=128 --heads=4 --seq_len=128 --micro_batch=4 --microbatches=4 \
   --dynamism=mod --mod_capacity=0.125 --mod_every=1 --mod_first=5"
 TRIGGER[mod]="every:4"; STEPS[mod]=30
+# lr 3e-4: at the default 1e-3 AdamW's first steps swing the predictor's
+# logits for whole sequences at once, so a block's routed fraction flips
+# between 0 and 1 from one iteration to the next.
+FLAGS[mod-predictor]="${FLAGS[mod]} --mod_routing=predictor --lr=3e-4"
+TRIGGER[mod-predictor]="on-event"; STEPS[mod-predictor]=40
 
 run() {  # run NAME EXTRA_FLAGS...
   local name=$1; shift

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "bench/median.h"
 #include "nlohmann/json.hpp"
 #include "trainer/dist_env.h"
 #include "trainer/layer_migration.h"
@@ -38,10 +39,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using dynmo::bench::Median;
 
 int Launch(char** argv) {
   const int port = 20000 + getpid() % 20000;

@@ -50,12 +50,17 @@ torch::Tensor DenseAttention::ForwardActive(const torch::Tensor& x,
                                             MicroBatchContext&) {
   const int64_t b = x.size(0), t = x.size(1), c = x.size(2);
   const int64_t d = c / heads_;
-  std::vector<torch::Tensor> qkv = qkv_(x).split(c, /*dim=*/2);
+  // CALM: every token's keys and values (an exited token's from its frozen
+  // state), the queries of the tokens in flight only: rows [H, 3H) of the
+  // qkv projection over B·T tokens, rows [0, H) over n.
+  const std::vector<torch::Tensor> kv = qkv_->ForwardRows(x, c, 2 * c).split(c, /*dim=*/2);
+  const torch::Tensor q =
+      qkv_->ForwardRows(x.reshape({b * t, c}).index_select(0, active.flat), 0, c);
   auto heads = [&](const torch::Tensor& y) {
     return y.view({b, t, heads_, d}).transpose(1, 2);  // [B, nh, T, d]
   };
-  const torch::Tensor q = qkv[0].reshape({b * t, heads_, d}).index_select(0, active.flat);
-  const torch::Tensor y = ActiveCausalAttention(q, heads(qkv[1]), heads(qkv[2]), active);
+  const torch::Tensor y =
+      ActiveCausalAttention(q.view({-1, heads_, d}), heads(kv[0]), heads(kv[1]), active);
   return attention_out_(y.unsqueeze(0)).squeeze(0);  // [1, n, H]: any projection
 }
 
@@ -99,7 +104,7 @@ torch::Tensor DecoderBlock::Forward(const torch::Tensor& x, MicroBatchContext& c
 }
 
 torch::Tensor DecoderBlock::ActiveBody(const torch::Tensor& x, MicroBatchContext& ctx) {
-  const ActiveTokens active = FindActiveTokens(ctx.token_active);
+  const ActiveTokens active = SelectTokens(ctx.token_active);
   const torch::Tensor rows = x.reshape({-1, x.size(2)});
   if (active.count() == 0) return x.clone();
   // Every token's normalised state feeds the keys and values.

@@ -77,6 +77,13 @@ ABSL_FLAG(int, attention_first, 1, "sparse-attention: the first hashed block (1-
 ABSL_FLAG(double, mod_capacity, 0.25, "mod: fraction of each sequence's tokens a MoD block runs");
 ABSL_FLAG(int, mod_every, 2, "mod: every k-th decoder block routes its tokens");
 ABSL_FLAG(int, mod_first, 2, "mod: the first MoD block (1-based block id)");
+ABSL_FLAG(std::string, mod_routing, "topk",
+          "mod: which tokens a MoD block runs: topk (the top --mod_capacity of each "
+          "sequence, a fixed load) or predictor (those whose causal predictor logit is > 0, "
+          "a load that moves as the predictor learns)");
+ABSL_FLAG(double, mod_event_delta, 0.05,
+          "mod, predictor routing: a MoD block's routed fraction moving by this much "
+          "reports 'model changed'");
 // --dynamism=pruning (trainer/dynamism/pruning.h): the Zhu & Gupta schedule
 // S_t = S_f + (S_i - S_f)(1 - (t - t0)/(n dt))^3 at t = start, start + every, ..., end.
 ABSL_FLAG(int64_t, prune_start, 3000, "pruning: first pruning iteration t0");
@@ -192,6 +199,8 @@ absl::StatusOr<TrainerConfig> ConfigFromFlags() {
                           absl::GetFlag(FLAGS_attention_first)};
     d.mod_capacity = absl::GetFlag(FLAGS_mod_capacity);
     d.mod_blocks = {absl::GetFlag(FLAGS_mod_every), absl::GetFlag(FLAGS_mod_first)};
+    d.mod_routing = absl::GetFlag(FLAGS_mod_routing);
+    d.mod_event_delta = absl::GetFlag(FLAGS_mod_event_delta);
     d.pruning.start = absl::GetFlag(FLAGS_prune_start);
     d.pruning.end = absl::GetFlag(FLAGS_prune_end);
     d.pruning.every = absl::GetFlag(FLAGS_prune_every);

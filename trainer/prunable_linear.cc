@@ -100,6 +100,23 @@ torch::Tensor PrunableLinearImpl::forward(const torch::Tensor& x) {
   return torch::linear(x, weight, bias);
 }
 
+torch::Tensor PrunableLinearImpl::ForwardRows(const torch::Tensor& x, int64_t first,
+                                              int64_t count) {
+  TORCH_CHECK(first >= 0 && count >= 0 && first + count <= out_, "PrunableLinear: rows [",
+              first, ", ", first + count, ") outside [0, ", out_, ")");
+  switch (form()) {
+    case Form::kCsr:
+    case Form::kTorchCsr:
+      return forward(x).narrow(-1, first, count);
+    case Form::kMasked:
+      return torch::linear(x, weight.narrow(0, first, count) * mask_.narrow(0, first, count),
+                           bias.narrow(0, first, count));
+    case Form::kDense:
+      break;
+  }
+  return torch::linear(x, weight.narrow(0, first, count), bias.narrow(0, first, count));
+}
+
 torch::Tensor PrunableLinearImpl::DenseWeight() const {
   torch::NoGradGuard no_grad;
   switch (form()) {

@@ -54,6 +54,10 @@ class PrunableLinearImpl : public torch::nn::Module {
   PrunableLinearImpl(int64_t in, int64_t out, bool prunable);
 
   torch::Tensor forward(const torch::Tensor& x);
+  // Output features [first, first + count) of forward(x). The dense and
+  // masked forms multiply only those rows of W (their cost is count/out of
+  // forward's); the CSR forms run forward and narrow (correct, not cheaper).
+  torch::Tensor ForwardRows(const torch::Tensor& x, int64_t first, int64_t count);
 
   Form form() const;
   bool prunable() const { return prunable_; }

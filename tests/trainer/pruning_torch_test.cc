@@ -209,6 +209,33 @@ TEST(PrunableLinear, PruningKeepsExactlyTheWeightsAtOrAboveTheThreshold) {
   EXPECT_EQ(*removed, 0);
 }
 
+// Early exit computes a block's queries for the tokens in flight only: the
+// q rows of the qkv projection. In every form, those rows are forward's.
+TEST(PrunableLinear, ForwardRowsIsTheNarrowedForwardInEveryForm) {
+  torch::manual_seed(9);
+  PrunableLinear p(32, 48, true);
+  torch::optim::AdamW opt(p->parameters());
+  const torch::Tensor x = torch::randn({5, 32});
+  auto check = [&](const char* form) {
+    const torch::Tensor xa = x.clone().requires_grad_(true);
+    const torch::Tensor xb = x.clone().requires_grad_(true);
+    const torch::Tensor rows = p->ForwardRows(xa, 16, 24);
+    const torch::Tensor narrowed = p(xb).narrow(1, 16, 24);
+    EXPECT_TRUE(torch::allclose(rows, narrowed, 1e-5, 1e-6)) << form;
+    rows.sum().backward();
+    narrowed.sum().backward();
+    EXPECT_TRUE(torch::allclose(xa.grad(), xb.grad(), 1e-5, 1e-6)) << form;
+  };
+  check("dense");
+  ASSERT_TRUE(p->PruneBelow(p->StoredMagnitudes().median().item<float>(), 0.8, opt).ok());
+  ASSERT_EQ(p->form(), PrunableLinearImpl::Form::kMasked);
+  check("masked");
+  ASSERT_TRUE(p->PruneBelow(BruteForceThreshold(p->StoredMagnitudes(), 32 * 48 / 10), 0.8, opt)
+                  .ok());
+  ASSERT_EQ(p->form(), PrunableLinearImpl::Form::kCsr);
+  check("csr");
+}
+
 // The timed policy times every form and takes the fastest by the timings
 // `agree` hands back; the test decides those, so no clock decides it. The
 // layer computes the same function in each form.

@@ -97,6 +97,14 @@ absl::Status ValidateDynamismParameters(const DynamismConfig& c, int seq_len) {
       return absl::InvalidArgumentError(
           absl::StrCat("--mod_capacity must be in (0, 1], got ", c.mod_capacity));
     }
+    if (c.mod_routing != "topk" && c.mod_routing != "predictor") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--mod_routing must be topk or predictor, not '", c.mod_routing, "'"));
+    }
+    if (!(c.mod_event_delta > 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--mod_event_delta must be > 0, got ", c.mod_event_delta));
+    }
     if (absl::Status s = CheckSchedule("mod", c.mod_blocks); !s.ok()) return s;
   }
   return absl::OkStatus();

@@ -54,6 +54,13 @@ struct DynamismConfig {
   // mod: Mixture of Depths (trainer/dynamism/mixture_of_depths.h).
   double mod_capacity = 0.25;           // --mod_capacity: fraction of tokens routed
   double mod_predictor_loss_weight = 1.0;  // the causal predictor's BCE weight
+  // --mod_routing: "topk" (every sequence's top mod_capacity·T tokens run,
+  // a fixed load) or "predictor" (the tokens whose causal predictor logit
+  // is > 0 run, in training too: the load moves as the predictor learns).
+  std::string mod_routing = "topk";
+  // --mod_event_delta: under predictor routing, how far a block's routed
+  // fraction moves before "model changed" (mod_load_profile.h).
+  double mod_event_delta = 0.05;
   BlockSchedule mod_blocks;             // --mod_every, --mod_first
 
   // pruning: gradual global magnitude pruning (trainer/dynamism/pruning.h);

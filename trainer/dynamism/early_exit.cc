@@ -9,29 +9,25 @@ namespace nn = torch::nn;
 namespace F = torch::nn::functional;
 }  // namespace
 
-ActiveTokens FindActiveTokens(const torch::Tensor& active) {
-  const int64_t t = active.size(1);
-  ActiveTokens a;
-  a.flat = active.reshape({-1}).nonzero().reshape({-1});
-  a.batch = torch::div(a.flat, t, "floor");
-  a.pos = a.flat - a.batch * t;
-  return a;
-}
-
 torch::Tensor ActiveCausalAttention(const torch::Tensor& q, const torch::Tensor& k,
                                     const torch::Tensor& v, const ActiveTokens& active) {
-  const int64_t n = q.size(0), heads = q.size(1), d = q.size(2), t = k.size(2);
-  // Each active token's own sample's keys and values: [n, heads, T, d].
-  const torch::Tensor kb = k.index_select(0, active.batch);
-  const torch::Tensor vb = v.index_select(0, active.batch);
-  torch::Tensor scores =
-      q.unsqueeze(2).matmul(kb.transpose(-2, -1)).squeeze(2) * (1.0 / std::sqrt(double(d)));
-  // Future positions of each token's own sequence are masked: [n, 1, T].
-  const torch::Tensor future =
-      torch::arange(t, active.pos.options()).unsqueeze(0) > active.pos.unsqueeze(1);
+  const int64_t heads = q.size(1), d = q.size(2);
+  const int64_t b = k.size(0), t = k.size(2), m = active.width;
+  // Scaled on the n queries rather than on the scores (heads·T per query).
+  const torch::Tensor scaled = q * (1.0 / std::sqrt(double(d)));
+  // Queries into their sequences' slots, [B, heads, width, d]; padding
+  // slots hold zero queries whose outputs are dropped.
+  const torch::Tensor packed = torch::zeros({b * m, heads, d}, q.options())
+                                   .index_copy(0, active.slot, scaled)
+                                   .view({b, m, heads, d})
+                                   .transpose(1, 2);
+  torch::Tensor scores = packed.matmul(k.transpose(-2, -1));  // [B, heads, width, T]
+  // Later positions of each slot's own sequence are masked: [B, 1, width, T].
+  const torch::Tensor future = torch::arange(t, active.slot_pos.options()).view({1, 1, t}) >
+                               active.slot_pos.unsqueeze(-1);
   scores = scores.masked_fill(future.unsqueeze(1), -std::numeric_limits<float>::infinity());
-  torch::Tensor y = torch::softmax(scores, -1).unsqueeze(2).matmul(vb).squeeze(2);
-  return y.reshape({n, heads * d});
+  const torch::Tensor y = torch::softmax(scores, -1).matmul(v);  // [B, heads, width, d]
+  return y.transpose(1, 2).reshape({b * m, heads * d}).index_select(0, active.slot);
 }
 
 EarlyExitHead::EarlyExitHead(const ModelConfig& m)
@@ -47,7 +43,7 @@ void EarlyExitHead::Decide(const torch::Tensor& out, MicroBatchContext& ctx) {
   const torch::Tensor active = ctx.token_active.defined()
                                    ? ctx.token_active
                                    : torch::ones({b, t}, out.options().dtype(torch::kBool));
-  const ActiveTokens a = FindActiveTokens(active);
+  const ActiveTokens a = SelectTokens(active);
   const int64_t n = a.count();
   seen_ += n;
   if (n == 0) return;

@@ -10,10 +10,11 @@
 // output projection, MLP and the residuals cost n tokens, not B·T. Attention
 // keeps the causal structure: an active token's query attends over the keys
 // and values of every earlier-or-same position of its sequence, where an
-// exited token's hidden state is its frozen copy (CALM's state propagation),
-// so the qkv projection still runs over all B·T tokens (3H² of the block's
-// ~12H² per token). Exited tokens' hidden states are copied through, and the
-// head predicts them from their exit state.
+// exited token's hidden state is its frozen copy (CALM's state propagation).
+// So, as in CALM, an exited token costs only its key and value projections
+// (2H² of the block's ~12H² per token); queries, attention and everything
+// after cost the n tokens in flight. Exited tokens' hidden states are copied
+// through, and the head predicts them from their exit state.
 //
 // An exit point (blocks after..N-1) is an EarlyExitHead: LayerNorm + a
 // bias-free H → vocab projection, applied to the tokens in flight after
@@ -35,22 +36,20 @@
 #include <utility>
 
 #include "trainer/config.h"
+#include "trainer/dynamism/token_subset.h"
 #include "trainer/gpt_layers.h"
 
 namespace dynmo::trainer {
 
-// The tokens in flight of a [B, T] mask, as indices (row-major b·T + t).
-struct ActiveTokens {
-  torch::Tensor flat;   // [n] int64 into the B·T tokens, ascending
-  torch::Tensor batch;  // [n] int64 sample of each
-  torch::Tensor pos;    // [n] int64 position of each
-  int64_t count() const { return flat.size(0); }
-};
-ActiveTokens FindActiveTokens(const torch::Tensor& active);
+// The tokens in flight of a [B, T] mask (SelectTokens(mask)).
+using ActiveTokens = TokenSubset;
 
 // Causal attention of the active tokens' queries q [n, heads, d] over every
 // token's keys and values k, v [B, heads, T, d]: token (b, t) sees positions
-// <= t of sample b. Returns [n, heads·d]. Work and memory grow with n·T.
+// <= t of sample b. Returns [n, heads·d]. Runs on the packed layout
+// (token_subset.h), so the work is B·width·T·d per head, ≈ n·T·d when the
+// tokens in flight are spread evenly over the sequences; k and v are read
+// in place, never copied per query.
 torch::Tensor ActiveCausalAttention(const torch::Tensor& q, const torch::Tensor& k,
                                     const torch::Tensor& v, const ActiveTokens& active);
 

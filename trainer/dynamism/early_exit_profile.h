@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "trainer/dynamism/dynamism.h"
+#include "trainer/dynamism/layer_profile.h"
 
 namespace dynmo::trainer {
 
@@ -30,14 +31,12 @@ class EarlyExitProfile : public Dynamism {
   bool TakeModelChanged() override;
   // Per pipeline layer: the fraction of tokens in flight after it at the
   // last event (1 for layers without an exit point).
-  const std::vector<double>& reported() const { return reported_; }
+  const std::vector<double>& reported() const { return profile_.reported(); }
 
  private:
   int num_layers_;
-  double event_delta_;
   double tokens_per_iteration_;  // job-wide: dp · M · B · T
-  std::vector<double> reported_;
-  bool changed_ = false;
+  LayerProfile profile_;
 };
 
 }  // namespace dynmo::trainer

@@ -10,15 +10,24 @@ namespace {
 namespace nn = torch::nn;
 namespace F = torch::nn::functional;
 
-// Runs the selected tokens `idx` [B, k] of x [B, T, H] through `body` and
-// mixes them back: x + w · (body(x_sel) − x_sel) at the selected places.
-torch::Tensor RunSelected(const torch::Tensor& x, const torch::Tensor& idx,
-                          const torch::Tensor& weight, const DepthRouter::Body& body) {
-  torch::Tensor idx_h =
-      idx.unsqueeze(-1).expand({idx.size(0), idx.size(1), x.size(2)}).contiguous();
-  torch::Tensor xs = x.gather(1, idx_h);
-  torch::Tensor ys = body(xs);
-  return x.scatter(1, idx_h, xs + weight.unsqueeze(-1) * (ys - xs));
+// Runs the chosen tokens of x [B, T, H] through `body`, packed [B, width, H]
+// (each sequence's tokens first, in causal order; padding slots repeat its
+// last position and their outputs are dropped), and mixes the real ones
+// back: x + σ(score) · (body(x) − x) at the chosen places.
+torch::Tensor RunChosen(const torch::Tensor& x, const TokenSubset& chosen,
+                        const torch::Tensor& scores, const DepthRouter::Body& body) {
+  const int64_t b = x.size(0), t = x.size(1), h = x.size(2);
+  const torch::Tensor rows = x.reshape({b * t, h});
+  if (chosen.count() == 0) return x.clone();
+  const torch::Tensor slot_rows =
+      (torch::arange(b, chosen.slot_pos.options()).unsqueeze(1) * t + chosen.slot_pos)
+          .reshape({-1});
+  const torch::Tensor ys = body(rows.index_select(0, slot_rows).view({b, chosen.width, h}))
+                               .reshape({-1, h})
+                               .index_select(0, chosen.slot);
+  const torch::Tensor xs = rows.index_select(0, chosen.flat);
+  const torch::Tensor w = torch::sigmoid(scores.reshape({-1}).index_select(0, chosen.flat));
+  return rows.index_copy(0, chosen.flat, xs + w.unsqueeze(-1) * (ys - xs)).view_as(x);
 }
 
 }  // namespace
@@ -31,6 +40,7 @@ int64_t ModTokens(double capacity, int64_t seq_len) {
 MixtureOfDepthsRouter::MixtureOfDepthsRouter(const ModelConfig& m)
     : capacity_(m.dynamism.mod_capacity),
       predictor_loss_weight_(m.dynamism.mod_predictor_loss_weight),
+      by_predictor_(m.dynamism.mod_routing == "predictor"),
       router_(register_module("router",
                               nn::Linear(nn::LinearOptions(m.hidden, 1).bias(false)))),
       predictor_in_(register_module("predictor_in", nn::Linear(m.hidden, m.hidden))),
@@ -43,34 +53,46 @@ torch::Tensor MixtureOfDepthsRouter::PredictorLogits(const torch::Tensor& x) {
 torch::Tensor MixtureOfDepthsRouter::Route(const torch::Tensor& x, MicroBatchContext& ctx,
                                            const Body& body) {
   const int64_t b = x.size(0), t = x.size(1);
-  torch::Tensor scores = router_(x).squeeze(-1);  // [B, T]
-  if (!is_training()) {
-    // Causal inference: the predictor decides token by token.
-    torch::Tensor chosen = PredictorLogits(x) > 0;
-    std::vector<torch::Tensor> rows;
-    for (int64_t i = 0; i < b; ++i) {
-      torch::Tensor idx = torch::nonzero(chosen[i]).view({1, -1});
-      torch::Tensor xi = x.narrow(0, i, 1);
-      if (idx.size(1) == 0) {
-        rows.push_back(xi);
-        continue;
-      }
-      torch::Tensor w = torch::sigmoid(scores.narrow(0, i, 1).gather(1, idx));
-      rows.push_back(RunSelected(xi, idx, w, body));
-    }
-    return torch::cat(rows, 0);
+  const torch::Tensor scores = router_(x).squeeze(-1);  // [B, T]
+  // The predictor sees the block input detached: only its BCE trains it.
+  const torch::Tensor logits = PredictorLogits(x.detach());
+  torch::Tensor top_k;  // [B, k]: the router's choice, the predictor's target
+  if (is_training()) {
+    const int64_t k = ModTokens(capacity_, t);
+    top_k = std::get<0>(std::get<1>(scores.topk(k, /*dim=*/1)).sort(1));
+    last_selected_ = top_k;
   }
-  const int64_t k = ModTokens(capacity_, t);
-  torch::Tensor idx = std::get<0>(std::get<1>(scores.topk(k, /*dim=*/1)).sort(1));
-  last_selected_ = idx;
-  torch::Tensor out = RunSelected(x, idx, torch::sigmoid(scores.gather(1, idx)), body);
-  if (predictor_loss_weight_ > 0) {
-    torch::Tensor target = torch::zeros({b, t}, x.options()).scatter(1, idx, 1.0f);
-    torch::Tensor loss = F::binary_cross_entropy_with_logits(
-        PredictorLogits(x.detach()), target);
+  torch::Tensor chosen;  // [B, T] bool: the tokens that run the block
+  if (by_predictor_ || !is_training()) {
+    chosen = logits.detach() > 0;  // causal: decided token by token
+  } else {
+    chosen = torch::zeros({b, t}, x.options().dtype(torch::kBool)).scatter(1, top_k, true);
+  }
+  const TokenSubset subset = SelectTokens(chosen);
+  last_routed_ = subset.count();
+  routed_ += subset.count();
+  seen_ += b * t;
+  torch::Tensor out = RunChosen(x, subset, scores, body);
+  if (is_training() && predictor_loss_weight_ > 0) {
+    const torch::Tensor target = torch::zeros({b, t}, x.options()).scatter(1, top_k, 1.0f);
+    F::BinaryCrossEntropyWithLogitsFuncOptions options;
+    if (by_predictor_ && capacity_ < 1) {
+      // The positives weigh (1 − c)/c: logit > 0 then means P(top-k) > c, so
+      // an undecided predictor routes about half the tokens and the count
+      // falls toward k as it learns. Unweighted, it would first learn the
+      // prior (P = c < ½ everywhere) and route no token at all.
+      options.pos_weight(torch::full({1}, (1 - capacity_) / capacity_, x.options()));
+    }
+    const torch::Tensor loss = F::binary_cross_entropy_with_logits(logits, target, options);
     ctx.aux_losses.push_back(static_cast<float>(predictor_loss_weight_) * loss);
   }
   return out;
+}
+
+std::pair<int64_t, int64_t> MixtureOfDepthsRouter::TakeCounts() {
+  std::pair<int64_t, int64_t> counts{seen_, routed_};
+  seen_ = routed_ = 0;
+  return counts;
 }
 
 }  // namespace dynmo::trainer

@@ -3,6 +3,7 @@
 #include "trainer/dynamism/dynamism.h"
 #include "trainer/dynamism/early_exit_profile.h"
 #include "trainer/dynamism/freezing.h"
+#include "trainer/dynamism/mod_load_profile.h"
 #include "trainer/dynamism/pruning.h"
 
 namespace dynmo::trainer {
@@ -18,6 +19,9 @@ std::vector<std::unique_ptr<Dynamism>> MakeStageDynamisms(const TrainerConfig& c
   }
   if (config.model.dynamism.Has("early-exit")) {
     schemes.push_back(std::make_unique<EarlyExitProfile>(config));
+  }
+  if (config.model.dynamism.Has("mod") && config.model.dynamism.mod_routing == "predictor") {
+    schemes.push_back(std::make_unique<ModLoadProfile>(config));
   }
   return schemes;
 }
