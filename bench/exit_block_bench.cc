@@ -27,6 +27,7 @@
 #include "bench/median.h"
 #include "trainer/decoder_block.h"
 #include "trainer/gpt_layers.h"
+#include "trainer/make_layer.h"
 
 using namespace dynmo::trainer;  // NOLINT: a benchmark's main
 

@@ -4,9 +4,6 @@
 #include <limits>
 #include <utility>
 
-#include "trainer/dynamism/mixture_of_depths.h"
-#include "trainer/dynamism/moe.h"
-#include "trainer/dynamism/sparse_attention.h"
 
 namespace dynmo::trainer {
 namespace {
@@ -116,32 +113,6 @@ torch::Tensor DecoderBlock::ActiveBody(const torch::Tensor& x, MicroBatchContext
 
 void DecoderBlock::SetExitHead(std::shared_ptr<EarlyExitHead> head) {
   exit_head_ = register_module("exit_head", std::move(head));
-}
-
-std::shared_ptr<PipelineLayer> MakeDecoderBlock(const ModelConfig& model, int id) {
-  // Attention, MLP, router: the order the generator is drawn in.
-  const DynamismConfig& d = model.dynamism;
-  std::shared_ptr<BlockPart> attention;
-  if (d.IsSparseAttentionBlock(id)) {
-    attention = std::make_shared<HashSparseAttention>(model);
-  } else {
-    attention = std::make_shared<DenseAttention>(model);
-  }
-  std::shared_ptr<BlockPart> mlp;
-  if (d.IsMoeBlock(id)) {
-    mlp = std::make_shared<MoeMlp>(model);
-  } else {
-    mlp = std::make_shared<DenseMlp>(model);
-  }
-  std::shared_ptr<DepthRouter> router;
-  if (d.IsModBlock(id)) router = std::make_shared<MixtureOfDepthsRouter>(model);
-  auto block = std::make_shared<DecoderBlock>(id, model, std::move(attention),
-                                              std::move(mlp), std::move(router));
-  // Last: an exit point draws after the block's own weights.
-  if (d.Has("early-exit") && d.early_exit.HasExitPoint(id, model.num_blocks)) {
-    block->SetExitHead(std::make_shared<EarlyExitHead>(model));
-  }
-  return block;
 }
 
 }  // namespace dynmo::trainer

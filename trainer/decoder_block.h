@@ -11,7 +11,7 @@
 // A DepthRouter (--dynamism=mod) may wrap the whole residual pair so that
 // only the tokens it picks run through the block.
 //
-// Initialisation: MakeDecoderBlock builds the parts in a fixed order
+// Initialisation: MakeDecoderBlock (make_layer.h) builds the parts in a fixed order
 // (attention, then MLP, then the router), so a block's initial weights
 // depend only on the global generator's state at entry, which MakeLayer
 // seeds from (seed, id). Parameter names are "ln_attention.*",
@@ -119,11 +119,6 @@ class DecoderBlock : public PipelineLayer {
   // others are copied through.
   torch::Tensor ActiveBody(const torch::Tensor& x, MicroBatchContext& ctx);
 };
-
-// Decoder block `id` of `model` with the parts model.dynamism asks for.
-// Draws its initial weights from the global CPU generator (MakeLayer seeds
-// it from (seed, id) first).
-std::shared_ptr<PipelineLayer> MakeDecoderBlock(const ModelConfig& model, int id);
 
 }  // namespace dynmo::trainer
 

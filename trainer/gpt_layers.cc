@@ -1,6 +1,5 @@
 #include "trainer/gpt_layers.h"
 
-#include "trainer/decoder_block.h"
 
 namespace dynmo::trainer {
 namespace {
@@ -51,15 +50,12 @@ class HeadLayer : public PipelineLayer {
 
 }  // namespace
 
-std::shared_ptr<PipelineLayer> MakeLayer(const ModelConfig& model, int id,
-                                         uint64_t seed) {
-  // Distinct, partition-independent stream per layer.
-  torch::manual_seed(seed * 1000003ULL + static_cast<uint64_t>(id));
-  if (id == 0) return std::make_shared<EmbeddingLayer>(id, model);
-  if (id == model.num_pipeline_layers() - 1) {
-    return std::make_shared<HeadLayer>(id, model);
-  }
-  return MakeDecoderBlock(model, id);
+std::shared_ptr<PipelineLayer> MakeEmbeddingLayer(const ModelConfig& model, int id) {
+  return std::make_shared<EmbeddingLayer>(id, model);
+}
+
+std::shared_ptr<PipelineLayer> MakeHeadLayer(const ModelConfig& model, int id) {
+  return std::make_shared<HeadLayer>(id, model);
 }
 
 }  // namespace dynmo::trainer

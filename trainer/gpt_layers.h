@@ -57,10 +57,11 @@ class PipelineLayer : public torch::nn::Module {
   LayerKind kind_;
 };
 
-// Layer `id` of `model`, initialised from (seed, id) alone. This reseeds the
-// global CPU generator (torch::manual_seed) as a side effect.
-std::shared_ptr<PipelineLayer> MakeLayer(const ModelConfig& model, int id,
-                                         uint64_t seed);
+// The first and the last pipeline layer of `model` (ids 0 and
+// num_pipeline_layers() - 1), drawing their weights from the global CPU
+// generator. Every layer is built through MakeLayer (make_layer.h).
+std::shared_ptr<PipelineLayer> MakeEmbeddingLayer(const ModelConfig& model, int id);
+std::shared_ptr<PipelineLayer> MakeHeadLayer(const ModelConfig& model, int id);
 
 }  // namespace dynmo::trainer
 

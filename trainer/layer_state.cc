@@ -15,6 +15,7 @@
 #include "nlohmann/json.hpp"
 #include "trainer/adamw_state_select.h"
 #include "trainer/device.h"
+#include "trainer/make_layer.h"
 
 namespace dynmo::trainer {
 namespace {

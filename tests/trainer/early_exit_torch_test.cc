@@ -13,6 +13,7 @@
 #include "trainer/decoder_block.h"
 #include "trainer/dynamism/early_exit.h"
 #include "trainer/gpt_layers.h"
+#include "trainer/make_layer.h"
 
 namespace dynmo::trainer {
 namespace {

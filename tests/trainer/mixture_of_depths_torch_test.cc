@@ -19,6 +19,7 @@
 #include "trainer/config.h"
 #include "trainer/decoder_block.h"
 #include "trainer/gpt_layers.h"
+#include "trainer/make_layer.h"
 
 namespace dynmo::trainer {
 namespace {

@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "trainer/config.h"
 #include "trainer/gpt_layers.h"
+#include "trainer/make_layer.h"
 
 namespace dynmo::trainer {
 namespace {

@@ -1,0 +1,47 @@
+#include "trainer/make_layer.h"
+
+#include <utility>
+
+#include "trainer/decoder_block.h"
+#include "trainer/dynamism/early_exit.h"
+#include "trainer/dynamism/mixture_of_depths.h"
+#include "trainer/dynamism/moe.h"
+#include "trainer/dynamism/sparse_attention.h"
+
+namespace dynmo::trainer {
+
+std::shared_ptr<PipelineLayer> MakeLayer(const ModelConfig& model, int id, uint64_t seed) {
+  // Distinct, partition-independent stream per layer.
+  torch::manual_seed(seed * 1000003ULL + static_cast<uint64_t>(id));
+  if (id == 0) return MakeEmbeddingLayer(model, id);
+  if (id == model.num_pipeline_layers() - 1) return MakeHeadLayer(model, id);
+  return MakeDecoderBlock(model, id);
+}
+
+std::shared_ptr<PipelineLayer> MakeDecoderBlock(const ModelConfig& model, int id) {
+  // Attention, MLP, router: the order the generator is drawn in.
+  const DynamismConfig& d = model.dynamism;
+  std::shared_ptr<BlockPart> attention;
+  if (d.IsSparseAttentionBlock(id)) {
+    attention = std::make_shared<HashSparseAttention>(model);
+  } else {
+    attention = std::make_shared<DenseAttention>(model);
+  }
+  std::shared_ptr<BlockPart> mlp;
+  if (d.IsMoeBlock(id)) {
+    mlp = std::make_shared<MoeMlp>(model);
+  } else {
+    mlp = std::make_shared<DenseMlp>(model);
+  }
+  std::shared_ptr<DepthRouter> router;
+  if (d.IsModBlock(id)) router = std::make_shared<MixtureOfDepthsRouter>(model);
+  auto block = std::make_shared<DecoderBlock>(id, model, std::move(attention),
+                                              std::move(mlp), std::move(router));
+  // Last: an exit point draws after the block's own weights.
+  if (d.Has("early-exit") && d.early_exit.HasExitPoint(id, model.num_blocks)) {
+    block->SetExitHead(std::make_shared<EarlyExitHead>(model));
+  }
+  return block;
+}
+
+}  // namespace dynmo::trainer
