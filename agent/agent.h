@@ -39,71 +39,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "agent/channel.h"
-#include "coordinator/core/cost_model.h"
+#include "agent/agent_config.h"
 #include "dynmo/v1/plan.pb.h"
-#include "grpcpp/channel.h"
 
 namespace dynmo::agent {
-
-struct AgentConfig {
-  std::string coordinator;  // "host:port"
-  ChannelOptions channel;
-  // Use this channel instead of dialling `coordinator` (many agents in one
-  // process, tests).
-  std::shared_ptr<grpc::Channel> shared_channel;
-
-  std::string job;
-  int rank = 0;
-  int pipeline_rank = 0;
-  int data_parallel_rank = 0;
-  int pipeline_size = 1;
-  int data_parallel_size = 1;
-  std::string host;
-  int device = 0;
-  int64_t memory_capacity_bytes = 0;
-  int num_layers = 1;
-  std::vector<int> boundaries;     // initial layout; empty = uniform
-  std::string model_fingerprint;
-  int microbatches = 1;
-  std::string schedule = "1f1b";
-
-  size_t queue_capacity = 64;      // samples buffered while sending lags
-  absl::Duration initial_backoff = absl::Milliseconds(50);
-  absl::Duration max_backoff = absl::Seconds(5);
-  absl::Duration rpc_timeout = absl::Seconds(5);
-};
-
-// One iteration's measurements of this rank's stage.
-struct IterationSample {
-  int64_t iteration = 0;
-  std::vector<core::LayerCost> layers;  // id = global layer index
-  int64_t memory_used_bytes = 0;
-  int64_t memory_capacity_bytes = 0;
-  double neighbour_wait_s = 0;
-  bool model_changed = false;
-};
-
-struct AgentStats {
-  bool connected = false;
-  uint64_t applied_epoch = 0;
-  std::vector<int> boundaries;     // the layout this rank runs
-  std::vector<int> active_stages;
-  bool released = false;           // this rank's stage was released
-  int64_t reports_sent = 0;
-  int64_t samples_dropped = 0;
-  int64_t connects = 0;            // successful (re)connections
-  int64_t plans_prepared = 0;
-  int64_t plans_applied = 0;
-  int64_t plans_failed = 0;
-  // When the newest COMMIT arrived here (for plan-delivery latency).
-  uint64_t last_commit_epoch = 0;
-  int64_t last_commit_unix_nanos = 0;
-  // When the newest PREPARE arrived here.
-  uint64_t last_prepare_epoch = 0;
-  int64_t last_prepare_unix_nanos = 0;
-  std::string last_error;
-};
 
 class Agent {
  public:

@@ -11,6 +11,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "agent/rank_state.h"
+#include "agent/reconnect_loop.h"
 #include "dynmo/v1/agent.grpc.pb.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/support/client_callback.h"
@@ -351,17 +352,10 @@ class HostCore {
   }
 
   void Run() {
-    absl::Duration backoff = config_.initial_backoff;
-    for (;;) {
-      if (ServeOnce()) backoff = config_.initial_backoff;
-      absl::MutexLock lock(&mu_);
-      if (stop_) return;
-      auto stopping = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stop_; };
-      mu_.AwaitWithTimeout(absl::Condition(&stopping), backoff);
-      if (stop_) return;
-      backoff = std::min(backoff * 2, config_.max_backoff);
-    }
+    ReconnectLoop(mu_, &stop_, config_.initial_backoff, config_.max_backoff,
+                  [this] { return ServeOnce(); });
   }
+
 
   const HostAgentConfig config_;
   const std::string host_;

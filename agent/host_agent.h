@@ -36,7 +36,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "agent/agent.h"
+#include "agent/agent_config.h"
 #include "agent/channel.h"
 #include "dynmo/v1/plan.pb.h"
 #include "grpcpp/channel.h"

@@ -10,10 +10,10 @@
 namespace dynmo::agent {
 namespace {
 
+using core::FiniteNonNegative;
+
 using dynmo::v1::CoordinatorMessage;
 using dynmo::v1::PlanAck;
-
-bool FiniteNonNegative(double v) { return std::isfinite(v) && v >= 0; }
 
 constexpr size_t kMaxQueuedAcks = 256;
 

@@ -1,6 +1,7 @@
 // RankState: one rank's half of the plan protocol (docs/protocol.md), with
-// no I/O, for HostAgent (agent/host_agent.h), which carries several ranks
-// over one stream. It follows exactly the rules of Agent (agent/agent.h):
+// no I/O: the one place its rules are written. Agent (agent/agent.h) runs
+// one behind its own Session stream; HostAgent (agent/host_agent.h) runs
+// several over one HostSession stream. The rules:
 //
 //   - PREPARE newer than anything settled or held, apply iteration still
 //     ahead -> hold it, ack PREPARED (committed at once when the plan says
@@ -16,8 +17,8 @@
 // Outgoing reports and acks are queued here (reports bounded, dropping the
 // oldest; acks bounded at 256) for the transport to take.
 //
-// Not thread-safe: the owner (HostAgent) serialises every call with its
-// own lock.
+// Not thread-safe: the owner (Agent, HostAgent) serialises every call with
+// its own lock.
 #ifndef DYNMO_AGENT_RANK_STATE_H_
 #define DYNMO_AGENT_RANK_STATE_H_
 
@@ -28,7 +29,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "agent/agent.h"
+#include "agent/agent_config.h"
 #include "dynmo/v1/agent.pb.h"
 #include "dynmo/v1/plan.pb.h"
 

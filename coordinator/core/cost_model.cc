@@ -6,9 +6,12 @@
 #include "absl/strings/str_cat.h"
 
 namespace dynmo::core {
+
+bool FiniteNonNegative(double v) { return std::isfinite(v) && v >= 0; }
+
 namespace {
 
-bool BadTime(double t) { return !std::isfinite(t) || t < 0; }
+bool BadTime(double t) { return !FiniteNonNegative(t); }
 
 }  // namespace
 

@@ -65,6 +65,10 @@ struct PipelineModel {
   LinkSpec link;
 };
 
+// A time, size or rate as the cost model accepts it: finite and >= 0 (NaN
+// and infinities are not). Shared by everything that validates costs.
+bool FiniteNonNegative(double v);
+
 // Returns OK when every number is finite and non-negative, speeds are
 // positive, there is at least one stage and one layer, and ids are 0..n-1 in
 // order. The message names the offending layer or stage.

@@ -2,6 +2,7 @@
 // and single-session ranks of one job apply the same plan at the same
 // iteration; a host session that is lost reconnects and re-registers every
 // rank it carries; bad host configurations are refused locally.
+#include "agent/agent.h"
 #include "agent/host_agent.h"
 
 #include <algorithm>
