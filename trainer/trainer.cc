@@ -16,8 +16,9 @@
 #include "agent/operator_client.h"
 #include "coordinator/core/migration.h"
 #include "trainer/checkpoint.h"
+#include "trainer/iteration_report.h"
 #include "trainer/pipeline_stage.h"
-#include "trainer/plan_step.h"
+#include "trainer/plan_source.h"
 #include "trainer/repack.h"
 #include "trainer/device.h"
 #include "trainer/local_coordinator.h"
@@ -139,54 +140,6 @@ absl::Status StartAgent(const TrainerConfig& config, const DistEnv& env,
   return absl::OkStatus();
 }
 
-// At the boundary before `iter`: the plan due now, if any, after the in-band
-// agreement. Every rank calls this at every iteration (it is a collective).
-// The MIN all-reduce of the held epoch is done with the world sum: with
-// [holds, epoch, epoch^2] summed, every rank holds epoch e exactly when the
-// count is the world size, the sum W*e and the sum of squares W*e^2 (zero
-// variance), i.e. when MIN == MAX == e. Returns the plan to apply with its
-// layout step from `layout` (which may release stages), or nullopt (after
-// acknowledging a held plan as failed).
-struct AgreedPlan {
-  dynmo::v1::Plan plan;
-  PlanExecution execution;  // the step and the plan's own moves
-};
-absl::StatusOr<std::optional<AgreedPlan>> AgreeOnPlan(
-    agent::Agent& agent, Transport& transport, int64_t iter,
-    const StageLayout& layout, int num_layers, int dp,
-    absl::Span<const core::LayerCost> layer_costs) {
-  std::optional<dynmo::v1::Plan> due = agent.PlanToApplyAt(iter);
-  torch::Tensor t = torch::zeros({3}, torch::kDouble);
-  const double e = due ? static_cast<double>(due->epoch()) : 0;
-  {
-    auto v = t.accessor<double, 1>();
-    v[0] = due ? 1 : 0;
-    v[1] = e;
-    v[2] = e * e;
-  }
-  if (absl::Status s = transport.AllReduceSumWorld(t); !s.ok()) return s;
-  if (!due) return std::nullopt;
-  auto v = t.accessor<double, 1>();
-  const double w = transport.world_size();
-  auto fail = [&](const std::string& why) -> std::optional<AgreedPlan> {
-    std::cerr << "dynmo-train: rank " << transport.rank() << ": plan epoch "
-              << due->epoch() << " not applied at iteration " << iter << ": "
-              << why << std::endl;
-    (void)agent.Acknowledge(due->epoch(), false, why);
-    return std::nullopt;
-  };
-  if (v[0] != w || v[1] != w * e || v[2] != w * e * e) {
-    return fail(absl::StrCat("in-band agreement failed: ", static_cast<int>(v[0]),
-                             " of ", static_cast<int>(w), " ranks hold epoch ",
-                             due->epoch()));
-  }
-  // Deterministic checks on a plan every rank holds: all decide alike.
-  absl::StatusOr<PlanExecution> execution =
-      ExecutionForPlan(*due, layout, num_layers, dp, layer_costs);
-  if (!execution.ok()) return fail(std::string(execution.status().message()));
-  return AgreedPlan{*std::move(due), *std::move(execution)};
-}
-
 // A rank whose stage a re-pack released, after the survivors connected:
 // says so, lets its agent deliver the APPLIED acknowledgement (the
 // coordinator then puts its GPU in the released pool), and, when this
@@ -220,6 +173,27 @@ absl::Status LeaveReleased(const TrainerConfig& config, const DistEnv& env,
       usleep(200 * 1000);
     }
   }
+  return absl::OkStatus();
+}
+
+// Saves a checkpoint after iteration `iter` when --save_dir/--save_every
+// ask for one (the checkpoint's k = iterations done; a collective).
+absl::Status MaybeSaveCheckpoint(const TrainerConfig& config, int64_t iter,
+                                 const core::Boundaries& boundaries, int active_pp,
+                                 int dp_rank, Transport& transport, PipelineStage& stage) {
+  const bool due = config.save_every > 0 ? (iter + 1) % config.save_every == 0
+                                         : iter + 1 == config.steps;
+  if (config.save_dir.empty() || !due) return absl::OkStatus();
+  const bool rank0 = transport.rank() == 0;
+  const std::string dir = CheckpointDir(config.save_dir, iter + 1);
+  CheckpointManifest manifest = ManifestFor(config, iter + 1, boundaries);
+  manifest.saved_pp = active_pp;  // after any re-packing
+  if (absl::Status s = SaveCheckpoint(transport, dir, stage.layers(), dp_rank == 0,
+                                      rank0 ? &manifest : nullptr);
+      !s.ok()) {
+    return s;
+  }
+  if (rank0) std::cout << "dynmo-train: saved checkpoint " << dir << std::endl;
   return absl::OkStatus();
 }
 
@@ -300,17 +274,9 @@ absl::Status RunTraining(const TrainerConfig& requested, const DistEnv& env,
                                        : DefaultMemoryCapacityBytes();
 
   const int num_layers = config.model.num_pipeline_layers();
-  const double tokens_per_iteration = static_cast<double>(config.dp) *
-                                      config.microbatches * config.micro_batch *
-                                      config.model.seq_len;
   // The running layout: re-packing may leave fewer stages (active_stages
   // are original stage ids) and renumbers the ranks over them.
   StageLayout layout = InitialLayout(config.pp, *boundaries);
-  bool test_list_releases = false;
-  for (const std::vector<int>& stages : config.test_migration_stages) {
-    test_list_releases = test_list_releases ||
-                         (!stages.empty() && static_cast<int>(stages.size()) < config.pp);
-  }
   // What a migration plan counts as each layer's bytes (payload and memory
   // caps before the first measurement): fp32 weights, gradients, exp_avg
   // and exp_avg_sq. Every report carries the measured values instead.
@@ -320,211 +286,67 @@ absl::Status RunTraining(const TrainerConfig& requested, const DistEnv& env,
     layer_costs[l].params = LayerParameterCount(config.model, l);
     layer_costs[l].resident_bytes = 16 * layer_costs[l].params;
   }
-  // Parameters each local layer still has, recounted when the model or the
-  // stage's layers changed (a mask count is a device sync on cuda).
-  std::vector<int64_t> nonzero_params;
-  std::vector<int> nonzero_ids;
   AgentLink link;
   if (absl::Status s = StartAgent(config, env, **transport, *boundaries, &link);
       !s.ok()) {
     return s;
   }
+  // Where layout changes come from: the test policy, then the coordinator.
+  std::vector<std::unique_ptr<PlanSource>> sources;
+  sources.push_back(MakeTestPolicySource(config, num_layers, &layer_costs));
+  if (link.agent != nullptr) {
+    sources.push_back(
+        MakeAgentPlanSource(link.agent.get(), num_layers, config.dp, &layer_costs));
+  }
+  IterationReporter reporter(config, *device, memory_capacity);
   int64_t epoch = 0;
+  // Algorithm 1: at each iteration boundary apply the layout change due
+  // (migrating layers, re-packing), then train one iteration and report it.
   for (int64_t iter = first_iter; iter < config.steps; ++iter) {
     const auto start = std::chrono::steady_clock::now();
-    const int64_t test_index = config.test_migrate_every > 0 && iter > 0 &&
-                                       iter % config.test_migrate_every == 0
-                                   ? iter / config.test_migrate_every - 1
-                                   : -1;
-    const auto& targets = config.test_migration_targets;
-    if (test_index >= 0 &&
-        (!test_list_releases || test_index < static_cast<int64_t>(targets.size()))) {
-      // A list that releases stages is walked once; others cycle.
-      const size_t k = static_cast<size_t>(test_index) % targets.size();
-      LayoutTarget target;
-      target.boundaries = targets[k];
-      if (!config.test_migration_stages.empty()) {
-        target.active_stages = config.test_migration_stages[k];
-      }
-      absl::StatusOr<RepackStep> step = PlanRepackStep(
-          layout, ResolveTarget(layout, target), num_layers, config.dp);
-      if (!step.ok()) return step.status();
-      absl::StatusOr<core::MigrationPlan> moves =
-          core::PlanMigration(layer_costs, step->owner_before, step->owner_after);
-      if (!moves.ok()) return moves.status();
-      if (absl::Status s = ApplyLayoutStep(*step, *moves, stage, &*transport); !s.ok()) {
+    for (const std::unique_ptr<PlanSource>& source : sources) {
+      absl::StatusOr<std::optional<LayoutChange>> due =
+          source->Due(iter, layout, **transport);
+      if (!due.ok()) return due.status();
+      if (!due->has_value()) continue;
+      const LayoutChange& change = **due;
+      const bool was_rank0 = (*transport)->rank() == 0;
+      if (absl::Status s = ApplyLayoutStep(change.step, change.moves, stage, &*transport);
+          !s.ok()) {
+        source->Failed(change, s);
         return s;
       }
-      layout = step->to;
+      const bool is_rank0 = *transport != nullptr && (*transport)->rank() == 0;
+      source->Applied(iter, change, was_rank0 || (change.step.releases() && is_rank0));
+      layout = change.step.to;
       *boundaries = layout.boundaries;
-      ++epoch;
+      epoch = change.epoch ? static_cast<int64_t>(*change.epoch) : epoch + 1;
       if (*transport == nullptr) {
-        return LeaveReleased(config, env, pos.stage, iter, "the test policy", link);
+        return LeaveReleased(config, env, pos.stage, iter, change.by, link);
       }
     }
-    if (link.agent != nullptr) {
-      absl::StatusOr<std::optional<AgreedPlan>> agreed = AgreeOnPlan(
-          *link.agent, **transport, iter, layout, num_layers, config.dp, layer_costs);
-      if (!agreed.ok()) return agreed.status();
-      if (agreed->has_value()) {
-        const dynmo::v1::Plan& p = (*agreed)->plan;
-        const RepackStep& step = (*agreed)->execution.step;
-        const bool was_rank0 = (*transport)->rank() == 0;
-        if (absl::Status s = ApplyLayoutStep(step, (*agreed)->execution.moves, stage,
-                                             &*transport);
-            !s.ok()) {
-          (void)link.agent->Acknowledge(p.epoch(), false, std::string(s.message()));
-          return s;
-        }
-        const bool is_rank0 = *transport != nullptr && (*transport)->rank() == 0;
-        if (was_rank0 || (step.releases() && is_rank0)) {
-          std::cout << "dynmo-train: iteration " << iter << ": applied plan epoch "
-                    << p.epoch() << " (" << p.reason() << "), boundaries "
-                    << absl::StrJoin(*boundaries, ",") << " -> "
-                    << absl::StrJoin(step.to.boundaries, ",");
-          if (step.releases()) {
-            std::cout << ", stages " << absl::StrJoin(step.from.active_stages, ",")
-                      << " -> " << absl::StrJoin(step.to.active_stages, ",")
-                      << " (re-packed: released "
-                      << absl::StrJoin(p.released_stages(), ",") << ")";
-          }
-          std::cout << std::endl;
-        }
-        layout = step.to;
-        *boundaries = layout.boundaries;
-        epoch = static_cast<int64_t>(p.epoch());
-        (void)link.agent->Acknowledge(p.epoch(), true);
-        if (*transport == nullptr) {
-          return LeaveReleased(config, env, pos.stage, iter,
-                               absl::StrCat("plan epoch ", p.epoch()), link);
-        }
-      }
-    }
-    // Where this rank runs now (re-packing renumbers the survivors).
     const int active_pp = static_cast<int>(layout.active_stages.size());
-    const int my_stage = (*transport)->rank() / config.dp;
-    const bool last_stage = my_stage == active_pp - 1;
-    const bool rank0 = (*transport)->rank() == 0;
     StageIterationStats stats;
     if (absl::Status s = stage.RunIteration(iter, &stats); !s.ok()) return s;
-    const bool model_changed = stage.TakeModelChanged();
-
-    std::vector<int> local_ids;
-    for (int i = 0; i < stage.num_local_layers(); ++i) {
-      local_ids.push_back(stage.first_layer() + i);
+    if (absl::Status s = reporter.Gather(iter, stage, stats, stage.TakeModelChanged(),
+                                         active_pp, **transport, link.agent.get());
+        !s.ok()) {
+      return s;
     }
-    if (model_changed || local_ids != nonzero_ids) {
-      nonzero_ids = local_ids;
-      nonzero_params.clear();
-      for (const OwnedLayer& owned : stage.layers()) {
-        nonzero_params.push_back(LayerNonZeroParameters(owned));
-      }
-    }
-
-    // [mean loss of this replica, then per layer: forward time, backward
-    // time, resident bytes, weight-gradient time, activation bytes,
-    // parameters; then memory used per stage], summed over the world: each
-    // layer has dp owners, each replica one last stage, so dividing by dp
-    // gives replica means.
-    const int wgrad_at = 1 + 3 * num_layers;
-    const int activation_at = 1 + 4 * num_layers;
-    const int params_at = 1 + 5 * num_layers;
-    const int memory_at = 1 + 6 * num_layers;  // per-stage memory
-    // The last slot counts the ranks whose model changed this iteration.
-    const int changed_at = memory_at + active_pp;
-    torch::Tensor summary = torch::zeros({changed_at + 1}, torch::kDouble);
-    auto values = summary.accessor<double, 1>();
-    if (last_stage) values[0] = stats.loss_sum / config.microbatches;
-    int64_t memory_used = stats.peak_stash_bytes;  // stage_memory.h
-    for (int i = 0; i < stage.num_local_layers(); ++i) {
-      values[1 + stage.first_layer() + i] = stats.forward_s[i];
-      values[1 + num_layers + stage.first_layer() + i] = stats.backward_s[i];
-      const int64_t resident = LayerResidentBytes(stage.layers()[i]);
-      values[1 + 2 * num_layers + stage.first_layer() + i] = static_cast<double>(resident);
-      values[wgrad_at + stage.first_layer() + i] = stats.weight_grad_s[i];
-      values[activation_at + stage.first_layer() + i] =
-          static_cast<double>(stats.activation_bytes[i]);
-      values[params_at + stage.first_layer() + i] =
-          static_cast<double>(nonzero_params[i]);
-      memory_used += resident;
-    }
-    // On a GPU the caching allocator knows the truth: the iteration's peak
-    // of live tensors (every activation autograd saved included).
-    if (device->is_cuda()) {
-      memory_used = ReadDeviceMemory(*device).peak_allocated_bytes;
-      ResetPeakDeviceMemory(*device);
-    }
-    values[memory_at + my_stage] = static_cast<double>(memory_used);
-    values[changed_at] = model_changed ? 1.0 : 0.0;
-    if (link.agent != nullptr) {
-      // Per micro-batch, as the coordinator's cost model expects.
-      agent::IterationSample sample;
-      sample.iteration = iter;
-      for (int i = 0; i < stage.num_local_layers(); ++i) {
-        const int l = stage.first_layer() + i;
-        core::LayerCost c;
-        c.id = l;
-        c.fwd_s = stats.forward_s[i] / config.microbatches;
-        c.bwd_s = (stats.backward_s[i] - stats.weight_grad_s[i]) / config.microbatches;
-        c.wgrad_s = stats.weight_grad_s[i] / config.microbatches;
-        c.params = nonzero_params[i];
-        c.resident_bytes = static_cast<int64_t>(values[1 + 2 * num_layers + l]);
-        c.activation_bytes = stats.activation_bytes[i];
-        sample.layers.push_back(c);
-      }
-      sample.model_changed = model_changed;
-      sample.memory_used_bytes = memory_used;
-      sample.memory_capacity_bytes = memory_capacity;
-      // Never blocks; a rejected sample only costs the coordinator data.
-      (void)link.agent->ReportIteration(sample);
-    }
-    if (absl::Status s = (*transport)->AllReduceSumWorld(summary); !s.ok()) return s;
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (!config.save_dir.empty() &&
-        (config.save_every > 0 ? (iter + 1) % config.save_every == 0
-                               : iter + 1 == config.steps)) {
-      // Outside the iteration's time; the checkpoint's k = iterations done.
-      const std::string dir = CheckpointDir(config.save_dir, iter + 1);
-      CheckpointManifest manifest = ManifestFor(config, iter + 1, *boundaries);
-      manifest.saved_pp = active_pp;  // after any re-packing
-      if (absl::Status s = SaveCheckpoint(**transport, dir, stage.layers(),
-                                          pos.dp_rank == 0,
-                                          rank0 ? &manifest : nullptr);
-          !s.ok()) {
-        return s;
-      }
-      if (rank0) std::cout << "dynmo-train: saved checkpoint " << dir << std::endl;
+    // Outside the iteration's time.
+    if (absl::Status s = MaybeSaveCheckpoint(config, iter, *boundaries, active_pp,
+                                             pos.dp_rank, **transport, stage);
+        !s.ok()) {
+      return s;
     }
-    if (!rank0) continue;
-
-    summary.div_(config.dp);
-    IterationRecord record;
-    record.iter = iter;
-    record.loss = values[0];
-    record.iteration_s = seconds;
-    record.tokens_per_s = tokens_per_iteration / seconds;
-    for (int l = 0; l < num_layers; ++l) {
-      record.layer_forward_s.push_back(values[1 + l]);
-      record.layer_backward_s.push_back(values[1 + num_layers + l]);
+    if ((*transport)->rank() != 0) continue;
+    if (absl::Status s = on_iteration(reporter.Record(iter, seconds, *boundaries, epoch,
+                                                      (*transport)->world_size()));
+        !s.ok()) {
+      return s;
     }
-    record.boundaries = *boundaries;
-    record.stage_times_s =
-        StageTimes(record.boundaries, record.layer_forward_s, record.layer_backward_s);
-    record.epoch = epoch;
-    record.active_ranks = (*transport)->world_size();
-    for (int l = 0; l < num_layers; ++l) {
-      record.layer_memory_bytes.push_back(static_cast<int64_t>(values[1 + 2 * num_layers + l]));
-      record.layer_weight_grad_s.push_back(values[wgrad_at + l]);
-      record.layer_activation_bytes.push_back(std::llround(values[activation_at + l]));
-      record.layer_params.push_back(std::llround(values[params_at + l]));
-    }
-    for (int st = 0; st < active_pp; ++st) {
-      record.stage_memory_bytes.push_back(static_cast<int64_t>(values[memory_at + st]));
-    }
-    record.memory_capacity_bytes = memory_capacity;
-    record.model_changed = values[changed_at] > 0;
-    if (absl::Status s = on_iteration(record); !s.ok()) return s;
   }
   return (*transport)->Barrier();
 }
