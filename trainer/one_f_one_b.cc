@@ -1,69 +1,52 @@
 #include "trainer/one_f_one_b.h"
 
-#include <algorithm>
+#include <vector>
+
+#include "coordinator/core/stage_program.h"
 
 namespace dynmo::trainer {
-namespace {
-
-#define DYNMO_RETURN_IF_ERROR(expr)            \
-  do {                                         \
-    if (absl::Status s_ = (expr); !s_.ok()) {  \
-      return s_;                               \
-    }                                          \
-  } while (0)
-
-absl::Status WarmupForwards(int warmup, StageOps& ops) {
-  for (int mb = 0; mb < warmup; ++mb) {
-    DYNMO_RETURN_IF_ERROR(ops.RecvForward(mb));
-    DYNMO_RETURN_IF_ERROR(ops.Forward(mb));
-    DYNMO_RETURN_IF_ERROR(ops.SendForward(mb));
-  }
-  return absl::OkStatus();
-}
-
-// Micro-batch `warmup + i` goes forward, then micro-batch i goes backward,
-// keeping warmup + 1 micro-batches in flight. The input of the next forward
-// arrives together with the gradient this step sends upstream.
-absl::Status SteadyOneForwardOneBackward(int warmup, int microbatches,
-                                         StageOps& ops) {
-  const int steady = microbatches - warmup;
-  if (steady <= 0) return absl::OkStatus();
-  DYNMO_RETURN_IF_ERROR(ops.RecvForward(warmup));
-  for (int i = 0; i < steady; ++i) {
-    const int forward_mb = warmup + i;
-    DYNMO_RETURN_IF_ERROR(ops.Forward(forward_mb));
-    DYNMO_RETURN_IF_ERROR(ops.SendForwardRecvBackward(forward_mb, i));
-    DYNMO_RETURN_IF_ERROR(ops.Backward(i));
-    if (i == steady - 1) {
-      DYNMO_RETURN_IF_ERROR(ops.SendBackward(i));
-    } else {
-      DYNMO_RETURN_IF_ERROR(ops.SendBackwardRecvForward(i, forward_mb + 1));
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CooldownBackwards(int warmup, int microbatches, StageOps& ops) {
-  for (int mb = std::max(microbatches - warmup, 0); mb < microbatches; ++mb) {
-    DYNMO_RETURN_IF_ERROR(ops.RecvBackward(mb));
-    DYNMO_RETURN_IF_ERROR(ops.Backward(mb));
-    DYNMO_RETURN_IF_ERROR(ops.SendBackward(mb));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
-
-int WarmupCount(int stage, int num_stages, int microbatches) {
-  return std::min(num_stages - 1 - stage, microbatches);
-}
 
 absl::Status RunOneFOneB(int stage, int num_stages, int microbatches,
                          StageOps& ops) {
-  const int warmup = WarmupCount(stage, num_stages, microbatches);
-  DYNMO_RETURN_IF_ERROR(WarmupForwards(warmup, ops));
-  DYNMO_RETURN_IF_ERROR(SteadyOneForwardOneBackward(warmup, microbatches, ops));
-  return CooldownBackwards(warmup, microbatches, ops);
+  // The compute order is the simulator's 1F1B program; this walk adds the
+  // communication around each pass.
+  const core::StageProgram program =
+      core::BuildStageProgram(core::Schedule::k1F1B, stage, num_stages, microbatches);
+  const int warmup =
+      core::WarmupCount(core::Schedule::k1F1B, stage, num_stages, microbatches);
+  std::vector<bool> have_input(static_cast<size_t>(microbatches), false);
+  std::vector<bool> have_grad(static_cast<size_t>(microbatches), false);
+  for (size_t i = 0; i < program.size(); ++i) {
+    const core::PlannedOp& op = program[i];
+    const core::PlannedOp* next = i + 1 < program.size() ? &program[i + 1] : nullptr;
+    const int mb = op.microbatch;
+    absl::Status s;
+    if (op.kind == core::OpKind::kForward) {
+      if (!have_input[mb] && !(s = ops.RecvForward(mb)).ok()) return s;
+      if (!(s = ops.Forward(mb)).ok()) return s;
+      // A steady-phase forward is followed by a backward: send the output
+      // while receiving that backward's gradient.
+      if (mb >= warmup && next != nullptr && next->kind == core::OpKind::kBackward) {
+        s = ops.SendForwardRecvBackward(mb, next->microbatch);
+        have_grad[next->microbatch] = true;
+      } else {
+        s = ops.SendForward(mb);
+      }
+    } else {
+      if (!have_grad[mb] && !(s = ops.RecvBackward(mb)).ok()) return s;
+      if (!(s = ops.Backward(mb)).ok()) return s;
+      // A steady-phase backward followed by a forward: send the gradient
+      // while receiving that forward's input.
+      if (next != nullptr && next->kind == core::OpKind::kForward) {
+        s = ops.SendBackwardRecvForward(mb, next->microbatch);
+        have_input[next->microbatch] = true;
+      } else {
+        s = ops.SendBackward(mb);
+      }
+    }
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace dynmo::trainer

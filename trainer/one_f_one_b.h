@@ -1,13 +1,13 @@
-// The 1F1B executor: runs one training iteration of one pipeline stage in
-// the three phases of the 1F1B figure (PipeDream-Flush / Megatron-Core's
-// forward_backward_pipelining_without_interleaving), with the same names as
-// the simulator's program builder (coordinator/core/pipeline_sim.cc):
+// The 1F1B executor: runs one training iteration of one pipeline stage
+// (PipeDream-Flush / Megatron-Core's forward_backward_pipelining_without_
+// interleaving) by walking the very program the simulator times
+// (coordinator/core/stage_program.h): stage s runs min(p-1-s, m) warm-up
+// forwards, then one forward and one backward at a time, then the
+// backwards still outstanding.
 //
-//   WarmupForwards               stage s runs min(p-1-s, m) forwards;
-//   SteadyOneForwardOneBackward  then one forward, one backward, ...;
-//   CooldownBackwards            then the backwards still outstanding.
-//
-// The executor only orders the work; StageOps does it. Paired
+// The executor only orders the work and its communication; StageOps does
+// it. Each pass receives what it needs first, unless the previous paired
+// exchange brought it. Paired
 // communications (send an activation while receiving a gradient and the
 // reverse) are single calls so a transport can post both before waiting on
 // either, which is what keeps neighbouring stages from deadlocking in the
@@ -42,9 +42,6 @@ class StageOps {
   virtual absl::Status SendBackwardRecvForward(int send_mb, int recv_mb) = 0;
   virtual absl::Status RecvBackward(int mb) = 0;
 };
-
-// Number of warm-up forwards of `stage` (0-based) in a `num_stages` pipeline.
-int WarmupCount(int stage, int num_stages, int microbatches);
 
 // Runs one iteration of 1F1B on `stage`. Preconditions: 0 <= stage <
 // num_stages, microbatches >= 1.

@@ -20,14 +20,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "coordinator/core/stage_program.h"
 
 namespace dynmo::core {
 
-enum class Schedule { kGPipe, k1F1B, kZBH1 };
-
-// "gpipe", "1f1b", "zb-h1".
-absl::StatusOr<Schedule> ParseSchedule(absl::string_view name);
-std::string ScheduleName(Schedule schedule);
 
 // Seconds one stage spends per micro-batch in each pass.
 struct StagePassTimes {
@@ -42,8 +38,6 @@ struct SimConfig {
   std::vector<StagePassTimes> stages;
   double transfer_s = 0;  // one activation or gradient hop between stages
 };
-
-enum class OpKind { kForward, kBackward, kWeightGrad };
 
 // One executed op: stage, micro-batch and when it ran.
 struct SimOp {
