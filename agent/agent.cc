@@ -112,6 +112,7 @@ class Agent::Impl {
    public:
     Session(Impl* impl, AgentMessage hello) : impl_(impl) {
       out_ = std::move(hello);
+      AddBearerToken(&ctx_, impl_->config_.token);
       impl_->stub_->async()->Session(&ctx_, this);
       StartRead(&in_);
       StartWrite(&out_);  // the hello; writing_ starts true
@@ -226,6 +227,7 @@ class Agent::Impl {
       // fail-fast call during TRANSIENT_FAILURE can abandon the connection
       // attempt, and the agent would stay offline after a restart.
       ctx.set_wait_for_ready(true);
+      AddBearerToken(&ctx, config_.token);
       {
         absl::MutexLock lock(&mu_);
         if (stop_) return false;

@@ -22,6 +22,9 @@ namespace dynmo::agent {
 struct AgentConfig {
   std::string coordinator;  // "host:port"
   ChannelOptions channel;
+  // Bearer token sent on every AgentService call (the coordinator's
+  // --agent_token_file, else its --token_file); empty: none.
+  std::string token;
   // Use this channel instead of dialling `coordinator` (many agents in one
   // process, tests).
   std::shared_ptr<grpc::Channel> shared_channel;

@@ -147,6 +147,7 @@ class HostCore {
    public:
     Session(HostCore* core, HostMessage hello) : core_(core) {
       out_ = std::move(hello);
+      AddBearerToken(&ctx_, core_->config_.token);
       core_->stub_->async()->HostSession(&ctx_, this);
       StartRead(&in_);
       StartWrite(&out_);  // the hello; writing_ starts true
@@ -292,6 +293,7 @@ class HostCore {
       grpc::ClientContext ctx;
       ctx.set_deadline(absl::ToChronoTime(absl::Now() + config_.rpc_timeout));
       ctx.set_wait_for_ready(true);  // see Agent::ServeOnce
+      AddBearerToken(&ctx, config_.token);
       {
         absl::MutexLock lock(&mu_);
         if (stop_) return false;

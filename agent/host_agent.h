@@ -50,6 +50,8 @@ struct HostAgentConfig {
   // The session's identity: a newer session of the same host replaces an
   // older one. Default: ranks[0].host.
   std::string host;
+  // Bearer token sent on RegisterHost and HostSession (as AgentConfig's).
+  std::string token;
   // One entry per hosted rank, all of one job; only the rank fields are
   // used (job, rank, coordinates, sizes, layers, layout, queue_capacity...).
   std::vector<AgentConfig> ranks;

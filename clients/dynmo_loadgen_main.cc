@@ -64,6 +64,9 @@ ABSL_FLAG(std::string, tls_ca, "", "PEM CA (enables TLS)");
 ABSL_FLAG(std::string, tls_cert, "", "PEM client certificate (mutual TLS)");
 ABSL_FLAG(std::string, tls_key, "", "PEM client key (mutual TLS)");
 ABSL_FLAG(std::string, tls_server_name, "", "expected server name");
+ABSL_FLAG(std::string, token_file, "",
+          "bearer token the simulated agents present (the coordinator's "
+          "--agent_token_file, else its --token_file)");
 ABSL_FLAG(std::string, host_prefix, "sim-host-", "simulated host names");
 ABSL_FLAG(int, threads, 2, "threads that send the simulated reports");
 ABSL_FLAG(int, ranks_per_session, 1,
@@ -188,6 +191,12 @@ int main(int argc, char** argv) {
   co.tls_cert = absl::GetFlag(FLAGS_tls_cert);
   co.tls_key = absl::GetFlag(FLAGS_tls_key);
   co.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
+  std::string token;
+  if (const std::string path = absl::GetFlag(FLAGS_token_file); !path.empty()) {
+    absl::StatusOr<std::string> t = agent::ReadToken(path);
+    if (!t.ok()) return Die(std::string(t.status().message()));
+    token = *t;
+  }
   const int per_channel = std::max(1, absl::GetFlag(FLAGS_agents_per_channel));
   std::vector<std::shared_ptr<grpc::Channel>> channels;
   for (int i = 0; i * per_channel < agents; ++i) {
@@ -211,6 +220,7 @@ int main(int argc, char** argv) {
   for (int r = 0; r < agents; ++r) {
     agent::AgentConfig c;
     c.shared_channel = channels[static_cast<size_t>(r / per_channel)];
+    c.token = token;
     c.job = absl::GetFlag(FLAGS_job);
     c.rank = r;
     c.pipeline_rank = r % stages;
@@ -236,6 +246,7 @@ int main(int argc, char** argv) {
     if (static_cast<int>(pending_host.size()) < per_session) continue;
     agent::HostAgentConfig hc;
     hc.shared_channel = pending_host.front().shared_channel;
+    hc.token = token;
     hc.host = absl::StrCat(absl::GetFlag(FLAGS_host_prefix), "session-",
                            r / per_session);
     hc.ranks = std::move(pending_host);

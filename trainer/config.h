@@ -80,6 +80,14 @@ struct TrainerConfig {
   // host) or HOST:PORT. Plans it commits are applied at their apply
   // iteration after the in-band agreement of every rank.
   std::string coordinator;
+  // How to reach a secured coordinator: the bearer token file agents
+  // present (its --agent_token_file, else its --token_file) and TLS (a CA
+  // enables it; a client certificate and key for mutual TLS).
+  std::string coordinator_token_file;
+  std::string coordinator_tls_ca;
+  std::string coordinator_tls_cert;
+  std::string coordinator_tls_key;
+  std::string coordinator_tls_server_name;
   std::string job = "dynmo";
   // The job's policy, set by rank 0 once registered; empty keeps the
   // coordinator's default. balancer: uniform|parameters|time|optimal|

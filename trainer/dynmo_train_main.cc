@@ -52,6 +52,15 @@ ABSL_FLAG(std::string, coordinator, "",
           "embedded (rank 0 serves one on loopback), HOST:PORT or none "
           "(default: $DYNMO_COORDINATOR if set, else none)");
 ABSL_FLAG(std::string, job, "", "job name at the coordinator (default: $DYNMO_JOB, else dynmo)");
+ABSL_FLAG(std::string, coordinator_token_file, "",
+          "file with the bearer token a secured coordinator requires of agents");
+ABSL_FLAG(std::string, coordinator_tls_ca, "",
+          "PEM CA of the coordinator's certificate (enables TLS)");
+ABSL_FLAG(std::string, coordinator_tls_cert, "",
+          "PEM client certificate for a coordinator with mutual TLS");
+ABSL_FLAG(std::string, coordinator_tls_key, "", "PEM key of --coordinator_tls_cert");
+ABSL_FLAG(std::string, coordinator_tls_server_name, "",
+          "name to check in the coordinator's certificate (default: its host)");
 ABSL_FLAG(std::string, balancer, "",
           "job policy: uniform|parameters|time|optimal|diffusion (default: coordinator's)");
 ABSL_FLAG(std::string, trigger, "",
@@ -236,6 +245,15 @@ absl::StatusOr<TrainerConfig> ConfigFromFlags() {
        c.coordinator.find(' ') != std::string::npos)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--coordinator must be embedded, none or HOST:PORT, not '", c.coordinator, "'"));
+  }
+  c.coordinator_token_file = absl::GetFlag(FLAGS_coordinator_token_file);
+  c.coordinator_tls_ca = absl::GetFlag(FLAGS_coordinator_tls_ca);
+  c.coordinator_tls_cert = absl::GetFlag(FLAGS_coordinator_tls_cert);
+  c.coordinator_tls_key = absl::GetFlag(FLAGS_coordinator_tls_key);
+  c.coordinator_tls_server_name = absl::GetFlag(FLAGS_coordinator_tls_server_name);
+  if (c.coordinator_tls_cert.empty() != c.coordinator_tls_key.empty()) {
+    return absl::InvalidArgumentError(
+        "--coordinator_tls_cert and --coordinator_tls_key go together");
   }
   c.job = absl::GetFlag(FLAGS_job);
   if (c.job.empty()) {

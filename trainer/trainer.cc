@@ -36,6 +36,8 @@ struct AgentLink {
   std::unique_ptr<LocalCoordinator> embedded;
   std::unique_ptr<agent::Agent> agent;
   std::string address;
+  agent::ChannelOptions channel;  // how this rank reaches the coordinator
+  std::string token;
   ~AgentLink() {
     if (agent != nullptr) agent->Stop();
     agent.reset();
@@ -47,7 +49,7 @@ struct AgentLink {
 // 0, once its agent registered the job). A policy the coordinator rejects is
 // an error; an unreachable coordinator only a warning (training goes on).
 absl::Status SetJobPolicy(const TrainerConfig& config, const std::string& address,
-                          agent::Agent& agent) {
+                          const agent::AgentConfig& ac, agent::Agent& agent) {
   if (config.balancer.empty() && config.trigger.empty() && !config.repack) {
     return absl::OkStatus();
   }
@@ -57,7 +59,7 @@ absl::Status SetJobPolicy(const TrainerConfig& config, const std::string& addres
     return absl::OkStatus();
   }
   absl::StatusOr<agent::OperatorClient> client =
-      agent::OperatorClient::Connect(address, agent::ChannelOptions{});
+      agent::OperatorClient::Connect(address, ac.channel, ac.token);
   if (!client.ok()) return client.status();
   agent::JobPolicy policy;
   policy.balancer = config.balancer;
@@ -104,6 +106,20 @@ absl::Status StartAgent(const TrainerConfig& config, const DistEnv& env,
   const RankPosition pos = PositionOfRank(env.rank, config.dp);
   agent::AgentConfig ac;
   ac.coordinator = address;
+  ac.channel.tls_ca = config.coordinator_tls_ca;
+  ac.channel.tls_cert = config.coordinator_tls_cert;
+  ac.channel.tls_key = config.coordinator_tls_key;
+  ac.channel.tls_server_name = config.coordinator_tls_server_name;
+  if (!config.coordinator_token_file.empty()) {
+    absl::StatusOr<std::string> token = agent::ReadToken(config.coordinator_token_file);
+    if (!token.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--coordinator_token_file: ", token.status().message()));
+    }
+    ac.token = *token;
+  }
+  link->channel = ac.channel;
+  link->token = ac.token;
   ac.job = config.job;
   ac.rank = env.rank;
   ac.pipeline_rank = pos.stage;
@@ -136,7 +152,7 @@ absl::Status StartAgent(const TrainerConfig& config, const DistEnv& env,
         why.empty() ? "" : absl::StrCat(": ", why),
         "; check --coordinator or run with --coordinator=none"));
   }
-  if (env.rank == 0) return SetJobPolicy(config, address, *link->agent);
+  if (env.rank == 0) return SetJobPolicy(config, address, ac, *link->agent);
   return absl::OkStatus();
 }
 
@@ -164,7 +180,7 @@ absl::Status LeaveReleased(const TrainerConfig& config, const DistEnv& env,
               << " keeps serving the embedded coordinator until the job ends"
               << std::endl;
     absl::StatusOr<agent::OperatorClient> client =
-        agent::OperatorClient::Connect(link.address, agent::ChannelOptions{});
+        agent::OperatorClient::Connect(link.address, link.channel, link.token);
     int idle_polls = 0;
     while (client.ok() && idle_polls < 10) {  // 2 s without a connected rank
       absl::StatusOr<int> connected = client->ConnectedRanks(config.job);

@@ -108,6 +108,14 @@ class SessionReactor final
   AgentMessage in_;
 };
 
+// A stream refused before it starts: finishes with `status` at once.
+template <typename In, typename Out>
+class RefusedStream final : public grpc::ServerBidiReactor<In, Out> {
+ public:
+  explicit RefusedStream(const grpc::Status& status) { this->Finish(status); }
+  void OnDone() override { delete this; }
+};
+
 }  // namespace
 
 grpc::ServerUnaryReactor* AgentServiceImpl::Register(
@@ -115,6 +123,11 @@ grpc::ServerUnaryReactor* AgentServiceImpl::Register(
     const dynmo::v1::RegisterRequest* request,
     dynmo::v1::RegisterResponse* response) {
   auto* reactor = context->DefaultReactor();
+  if (grpc::Status s = auth_->Check(*context); !s.ok()) {
+    coordinator_->metrics().RpcError("Register", GrpcCodeName(s.error_code()));
+    reactor->Finish(s);
+    return reactor;
+  }
   absl::StatusOr<std::shared_ptr<JobState>> job =
       coordinator_->jobs().Register(*request, response);
   if (!job.ok()) {
@@ -127,7 +140,11 @@ grpc::ServerUnaryReactor* AgentServiceImpl::Register(
 }
 
 grpc::ServerBidiReactor<AgentMessage, CoordinatorMessage>*
-AgentServiceImpl::Session(grpc::CallbackServerContext* /*context*/) {
+AgentServiceImpl::Session(grpc::CallbackServerContext* context) {
+  if (grpc::Status s = auth_->Check(*context); !s.ok()) {
+    coordinator_->metrics().RpcError("Session", GrpcCodeName(s.error_code()));
+    return new RefusedStream<AgentMessage, CoordinatorMessage>(s);
+  }
   return new SessionReactor(coordinator_);
 }
 
@@ -136,6 +153,11 @@ grpc::ServerUnaryReactor* AgentServiceImpl::RegisterHost(
     const dynmo::v1::RegisterHostRequest* request,
     dynmo::v1::RegisterHostResponse* response) {
   auto* reactor = context->DefaultReactor();
+  if (grpc::Status s = auth_->Check(*context); !s.ok()) {
+    coordinator_->metrics().RpcError("RegisterHost", GrpcCodeName(s.error_code()));
+    reactor->Finish(s);
+    return reactor;
+  }
   absl::StatusOr<std::shared_ptr<JobState>> job =
       coordinator_->jobs().RegisterHost(*request, response);
   if (!job.ok()) {
@@ -150,7 +172,11 @@ grpc::ServerUnaryReactor* AgentServiceImpl::RegisterHost(
 
 grpc::ServerBidiReactor<dynmo::v1::HostMessage,
                         dynmo::v1::HostCoordinatorMessage>*
-AgentServiceImpl::HostSession(grpc::CallbackServerContext* /*context*/) {
+AgentServiceImpl::HostSession(grpc::CallbackServerContext* context) {
+  if (grpc::Status s = auth_->Check(*context); !s.ok()) {
+    coordinator_->metrics().RpcError("HostSession", GrpcCodeName(s.error_code()));
+    return new RefusedStream<dynmo::v1::HostMessage, dynmo::v1::HostCoordinatorMessage>(s);
+  }
   return NewHostSessionReactor(coordinator_);
 }
 

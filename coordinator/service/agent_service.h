@@ -6,10 +6,12 @@
 // INVALID_ARGUMENT (or the job's FAILED_PRECONDITION / NOT_FOUND) and leaves
 // the job unchanged; the agent reconnects. RegisterHost / HostSession are the
 // multiplexed variants for a process serving several ranks of one job
-// (host_session.h).
+// (host_session.h). With an agent token configured (server.h) every RPC
+// must carry it.
 #ifndef DYNMO_COORDINATOR_SERVICE_AGENT_SERVICE_H_
 #define DYNMO_COORDINATOR_SERVICE_AGENT_SERVICE_H_
 
+#include "coordinator/service/auth.h"
 #include "coordinator/service/coordinator.h"
 #include "dynmo/v1/agent.grpc.pb.h"
 
@@ -17,8 +19,10 @@ namespace dynmo::service {
 
 class AgentServiceImpl final : public dynmo::v1::AgentService::CallbackService {
  public:
-  explicit AgentServiceImpl(Coordinator* coordinator)
-      : coordinator_(coordinator) {}
+  // `auth` (not owned) gates every RPC: a call without the agents' bearer
+  // token ends UNAUTHENTICATED before it touches any job.
+  AgentServiceImpl(Coordinator* coordinator, const BearerAuth* auth)
+      : coordinator_(coordinator), auth_(auth) {}
 
   grpc::ServerUnaryReactor* Register(
       grpc::CallbackServerContext* context,
@@ -40,6 +44,7 @@ class AgentServiceImpl final : public dynmo::v1::AgentService::CallbackService {
 
  private:
   Coordinator* coordinator_;
+  const BearerAuth* auth_;
 };
 
 }  // namespace dynmo::service

@@ -1,8 +1,8 @@
-// BearerAuth: the token check of the scheduler and operator RPCs. With no
-// token configured every call passes; otherwise the call's
+// BearerAuth: the token check of the coordinator's RPCs — one instance for
+// the scheduler and operator RPCs, one for the agent RPCs (server.h). With
+// no token configured every call passes; otherwise the call's
 // `authorization` metadata must be exactly "Bearer <token>" (compared in
-// constant time), else UNAUTHENTICATED. The agent RPCs are not gated by the
-// token: trainer ranks are authenticated by mTLS when it is on.
+// constant time), else UNAUTHENTICATED.
 // Immutable after construction, so thread-safe.
 #ifndef DYNMO_COORDINATOR_SERVICE_AUTH_H_
 #define DYNMO_COORDINATOR_SERVICE_AUTH_H_

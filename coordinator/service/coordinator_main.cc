@@ -37,7 +37,8 @@ ABSL_FLAG(std::string, tls_client_ca, "",
           "PEM CA for client certificates (enables mutual TLS)");
 ABSL_FLAG(std::string, token_file, "",
           "file holding the bearer token required on scheduler and operator "
-          "RPCs (empty: not required)");
+          "RPCs, and on agent RPCs unless --agent_token_file (empty: not "
+          "required)");
 ABSL_FLAG(int, plan_lead_iterations, 10,
           "a plan applies this many iterations after the newest report");
 ABSL_FLAG(double, prepare_timeout_s, 10, "abort a plan not prepared by then");
@@ -52,6 +53,9 @@ ABSL_FLAG(double, migration_bandwidth, 10e9,
 ABSL_FLAG(double, auto_noise_sigmas, 3.0,
           "auto trigger: a gain must be this many standard deviations of the "
           "measured timing noise (0 = ignore noise)");
+ABSL_FLAG(std::string, agent_token_file, "",
+          "bearer token every AgentService RPC (trainer ranks) must carry; "
+          "empty: --token_file's");
 ABSL_FLAG(std::string, port_file, "",
           "once listening, write the gRPC port to this file (atomically: "
           "FILE.tmp, then renamed), for a parent that asked for port 0");
@@ -82,6 +86,7 @@ int main(int argc, char** argv) {
   opts.tls = {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
               absl::GetFlag(FLAGS_tls_client_ca)};
   opts.token_file = absl::GetFlag(FLAGS_token_file);
+  opts.agent_token_file = absl::GetFlag(FLAGS_agent_token_file);
   opts.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   opts.coordinator.state_dir = absl::GetFlag(FLAGS_state_dir);
   opts.coordinator.max_jobs = absl::GetFlag(FLAGS_max_jobs);

@@ -67,6 +67,7 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(
 struct CoordinatorServer::Impl {
   std::unique_ptr<Coordinator> coordinator;
   BearerAuth auth;
+  BearerAuth agent_auth;
   std::unique_ptr<AgentServiceImpl> agent;
   std::unique_ptr<SchedulerServiceImpl> scheduler;
   std::unique_ptr<OperatorServiceImpl> op;
@@ -92,6 +93,13 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     if (!auth.ok()) return auth.status();
     impl->auth = *std::move(auth);
   }
+  const std::string& agent_token_file =
+      options.agent_token_file.empty() ? options.token_file : options.agent_token_file;
+  if (!agent_token_file.empty()) {
+    absl::StatusOr<BearerAuth> auth = BearerAuth::FromFile(agent_token_file);
+    if (!auth.ok()) return auth.status();
+    impl->agent_auth = *std::move(auth);
+  }
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> creds =
       Credentials(options.tls);
   if (!creds.ok()) return creds.status();
@@ -115,7 +123,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     impl->metrics_port = ports.empty() ? 0 : ports.front();
   }
 
-  impl->agent = std::make_unique<AgentServiceImpl>(impl->coordinator.get());
+  impl->agent =
+      std::make_unique<AgentServiceImpl>(impl->coordinator.get(), &impl->agent_auth);
   impl->scheduler = std::make_unique<SchedulerServiceImpl>(
       impl->coordinator.get(), &impl->auth);
   impl->op = std::make_unique<OperatorServiceImpl>(impl->coordinator.get(),

@@ -26,6 +26,10 @@ struct ServerOptions {
   std::string metrics_listen;          // empty: no /metrics endpoint
   TlsFiles tls;
   std::string token_file;              // empty: scheduler/operator RPCs open
+  // The bearer token agents (trainer ranks) must present on every
+  // AgentService RPC. Empty: token_file's token (so a secured coordinator
+  // is secured for every caller); both empty: agent RPCs open.
+  std::string agent_token_file;
   int max_message_bytes = 4 << 20;     // larger messages: RESOURCE_EXHAUSTED
   CoordinatorOptions coordinator;
 };

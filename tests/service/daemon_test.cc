@@ -304,9 +304,9 @@ TEST_F(DaemonTest, MutualTlsAndTokenAreEnforced) {
                                      d, "/token"))
                 .rc,
             0);
-  // Agents speak mutual TLS too (and need no token).
+  // Agents speak mutual TLS too, and carry the token.
   Result lg = Shell(absl::StrCat(
-      bin_, "/dynmo-loadgen --coordinator=", address_,
+      bin_, "/dynmo-loadgen --coordinator=", address_, " --token_file=", d, "/token",
       " --job=tls --agents=4 --iterations=20 --iteration_ms=10 --drain_s=0.3 ",
       "--scenario=moe --layers=8 --tls_ca=", d, "/ca.pem --tls_cert=", d,
       "/client.pem --tls_key=", d, "/client.key --tls_server_name=localhost"));

@@ -68,7 +68,8 @@ dynmo::v1::RegisterRequest Reg(int rank) {
 
 class GrpcApiTest : public ::testing::Test {
  protected:
-  void StartServer(const std::string& token, bool metrics = false) {
+  void StartServer(const std::string& token, bool metrics = false,
+                   const std::string& agent_token = "") {
     ServerOptions o;
     if (metrics) o.metrics_listen = "127.0.0.1:0";
     o.coordinator.state_dir = dir_ = TempDir();
@@ -76,6 +77,10 @@ class GrpcApiTest : public ::testing::Test {
     if (!token.empty()) {
       o.token_file = o.coordinator.state_dir + "/token";
       std::ofstream(o.token_file) << token << "\n";
+    }
+    if (!agent_token.empty()) {
+      o.agent_token_file = o.coordinator.state_dir + "/agent_token";
+      std::ofstream(o.agent_token_file) << agent_token << "\n";
     }
     auto s = CoordinatorServer::Start(o);
     ASSERT_TRUE(s.ok()) << s.status();
@@ -91,15 +96,19 @@ class GrpcApiTest : public ::testing::Test {
     if (!dir_.empty()) std::filesystem::remove_all(dir_);
   }
 
-  grpc::Status Register(const dynmo::v1::RegisterRequest& r) {
+  grpc::Status Register(const dynmo::v1::RegisterRequest& r,
+                        const std::string& token = "") {
     grpc::ClientContext ctx;
+    agent::AddBearerToken(&ctx, token);
     dynmo::v1::RegisterResponse resp;
     return agents_->Register(&ctx, r, &resp);
   }
 
   // Opens a session, sends `messages`, returns how the server ended it.
-  grpc::Status Session(const std::vector<dynmo::v1::AgentMessage>& messages) {
+  grpc::Status Session(const std::vector<dynmo::v1::AgentMessage>& messages,
+                       const std::string& token = "") {
     grpc::ClientContext ctx;
+    agent::AddBearerToken(&ctx, token);
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
     auto stream = agents_->Session(&ctx);
     for (const auto& m : messages) {
@@ -110,6 +119,15 @@ class GrpcApiTest : public ::testing::Test {
     while (stream->Read(&in)) {
     }
     return stream->Finish();
+  }
+
+  // No unauthenticated call created a job.
+  void ListJobsMustBeEmpty(const std::string& token) {
+    grpc::ClientContext ctx;
+    agent::AddBearerToken(&ctx, token);
+    dynmo::v1::ListJobsResponse jobs;
+    ASSERT_TRUE(ops_->ListJobs(&ctx, dynmo::v1::ListJobsRequest(), &jobs).ok());
+    EXPECT_EQ(jobs.jobs_size(), 0);
   }
 
   std::string dir_;
@@ -218,7 +236,7 @@ TEST_F(GrpcApiTest, OperatorErrorsNameTheProblem) {
   EXPECT_EQ(r.error_code(), grpc::FAILED_PRECONDITION) << "no profile yet";
 }
 
-TEST_F(GrpcApiTest, TokenGuardsSchedulerAndOperatorButNotAgents) {
+TEST_F(GrpcApiTest, TokenGuardsSchedulerOperatorAndAgents) {
   StartServer("s3cret");
   auto call_list = [&](const std::string& token) {
     grpc::ClientContext ctx;
@@ -233,7 +251,46 @@ TEST_F(GrpcApiTest, TokenGuardsSchedulerAndOperatorButNotAgents) {
   dynmo::v1::ListJobsResponse jobs;
   EXPECT_EQ(ops_->ListJobs(&ctx, dynmo::v1::ListJobsRequest(), &jobs).error_code(),
             grpc::UNAUTHENTICATED);
-  EXPECT_TRUE(Register(Reg(0)).ok()) << "agents do not carry the token";
+  // Agents need it too: no job, no session, no hijack without it.
+  EXPECT_EQ(Register(Reg(0)).error_code(), grpc::UNAUTHENTICATED);
+  EXPECT_EQ(Register(Reg(0), "wrong").error_code(), grpc::UNAUTHENTICATED);
+  dynmo::v1::AgentMessage hello;
+  hello.mutable_hello()->set_job("api");
+  hello.mutable_hello()->set_rank(0);
+  EXPECT_EQ(Session({hello}).error_code(), grpc::UNAUTHENTICATED);
+  grpc::ClientContext host_ctx;
+  dynmo::v1::RegisterHostRequest host;
+  *host.add_ranks() = Reg(0);
+  dynmo::v1::RegisterHostResponse host_resp;
+  EXPECT_EQ(agents_->RegisterHost(&host_ctx, host, &host_resp).error_code(),
+            grpc::UNAUTHENTICATED);
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    auto stream = agents_->HostSession(&ctx);
+    stream->WritesDone();
+    dynmo::v1::HostCoordinatorMessage in;
+    while (stream->Read(&in)) {
+    }
+    EXPECT_EQ(stream->Finish().error_code(), grpc::UNAUTHENTICATED);
+  }
+  ListJobsMustBeEmpty("s3cret");
+  ASSERT_TRUE(Register(Reg(0), "s3cret").ok());
+  ASSERT_TRUE(Register(Reg(1), "s3cret").ok());
+  EXPECT_EQ(Session({hello}, "s3cret").error_code(), grpc::OK)
+      << "the stream ends OK when the agent closes it";
+}
+
+TEST_F(GrpcApiTest, AnAgentTokenOfItsOwnKeepsOperatorAndAgentCredentialsApart) {
+  StartServer("op", false, "ranks");
+  EXPECT_EQ(Register(Reg(0), "op").error_code(), grpc::UNAUTHENTICATED);
+  EXPECT_TRUE(Register(Reg(0), "ranks").ok());
+  grpc::ClientContext ctx;
+  agent::AddBearerToken(&ctx, "ranks");
+  dynmo::v1::ListJobsResponse jobs;
+  EXPECT_EQ(ops_->ListJobs(&ctx, dynmo::v1::ListJobsRequest(), &jobs).error_code(),
+            grpc::UNAUTHENTICATED)
+      << "a trainer's token is no operator's";
 }
 
 TEST_F(GrpcApiTest, WithoutATokenEverythingIsOpen) {

@@ -2,7 +2,8 @@
 // report to a real dynmo-coordinator daemon (loopback), and the job's view
 // that `dynmo-ctl --json job` prints — per layer: times, resident and
 // activation bytes, parameters; per stage: memory used and the cap the
-// decisions use — is compared with what the ranks logged (--log_json).
+// decisions use — is compared with what the ranks logged (--log_json). The
+// daemon requires a bearer token of every caller, the ranks included.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -46,12 +48,15 @@ std::string Capture(const std::string& command) {
 
 class Daemon {
  public:
-  explicit Daemon(int port) : address_(absl::StrCat("127.0.0.1:", port)) {
+  // With a bearer token: every RPC, the trainers' included, must carry it.
+  Daemon(int port, std::string token_file)
+      : address_(absl::StrCat("127.0.0.1:", port)), token_file_(std::move(token_file)) {
     pid_ = fork();
     if (pid_ == 0) {
       const std::string bin = BinDir() + "/dynmo-coordinator";
       const std::string listen = "--listen=" + address_;
-      execl(bin.c_str(), bin.c_str(), listen.c_str(), "--trigger=manual",
+      const std::string token = "--token_file=" + token_file_;
+      execl(bin.c_str(), bin.c_str(), listen.c_str(), "--trigger=manual", token.c_str(),
             static_cast<char*>(nullptr));
       _exit(127);
     }
@@ -71,24 +76,29 @@ class Daemon {
     return false;
   }
   std::string Ctl(const std::string& args) const {
-    return absl::StrCat(BinDir(), "/dynmo-ctl --coordinator=", address_, " ", args);
+    return absl::StrCat(BinDir(), "/dynmo-ctl --coordinator=", address_,
+                        " --token_file=", token_file_, " ", args);
   }
   const std::string& address() const { return address_; }
 
  private:
   std::string address_;
+  std::string token_file_;
   pid_t pid_ = -1;
 };
 
 TEST(CoordinatorViewTest, TheCoordinatorSeesWhatTheRanksMeasured) {
-  Daemon daemon(FreePort());
+  const std::string token_file = TempPath("view_token");
+  std::ofstream(token_file) << "view-s3cret\n";
+  Daemon daemon(FreePort(), token_file);
   ASSERT_TRUE(daemon.WaitReady()) << "dynmo-coordinator did not come up";
   const int microbatches = 4;
   JobResult r = RunJob(
       2, {"--layers=4", "--hidden=32", "--heads=4", "--seq_len=16",
           "--micro_batch=2", "--microbatches=4", "--steps=12", "--lr=0.01",
           "--seed=7", "--intra_op_threads=1", "--pp=2", "--memory_capacity_gb=2",
-          "--coordinator=" + daemon.address(), "--job=view", "--trigger=manual"});
+          "--coordinator=" + daemon.address(), "--job=view", "--trigger=manual",
+          "--coordinator_token_file=" + token_file});
   ASSERT_TRUE(r.ok()) << r.AllLogs();
   ASSERT_EQ(r.records.size(), 12u);
   const std::string out = Capture(daemon.Ctl("--json job view"));
