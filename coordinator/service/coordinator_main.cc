@@ -15,6 +15,7 @@
 #include "absl/flags/parse.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "coordinator/core/partition.h"
 #include "coordinator/service/policy.h"
@@ -61,6 +62,43 @@ ABSL_FLAG(std::string, port_file, "",
           "FILE.tmp, then renamed), for a parent that asked for port 0");
 ABSL_FLAG(int, max_jobs, 1024, "jobs served at most");
 ABSL_FLAG(int, max_message_bytes, 4 << 20, "largest accepted gRPC message");
+
+namespace {
+
+// The numeric flags a typo or a sign error would make meaningless; empty
+// when all are in range, else the first complaint.
+std::string BadNumbers() {
+  const double timeout = absl::GetFlag(FLAGS_prepare_timeout_s);
+  if (!(std::isfinite(timeout) && timeout > 0)) {
+    return "--prepare_timeout_s must be finite and > 0";
+  }
+  const double bandwidth = absl::GetFlag(FLAGS_migration_bandwidth);
+  if (!(std::isfinite(bandwidth) && bandwidth > 0)) {
+    return "--migration_bandwidth must be finite and > 0 (bytes/s)";
+  }
+  if (absl::GetFlag(FLAGS_auto_horizon_iterations) < 1) {
+    return "--auto_horizon_iterations must be >= 1";
+  }
+  if (absl::GetFlag(FLAGS_max_jobs) < 1) return "--max_jobs must be >= 1";
+  if (absl::GetFlag(FLAGS_max_message_bytes) < 4096) {
+    return "--max_message_bytes must be >= 4096";
+  }
+  return "";
+}
+
+// "HOST:PORT" with PORT in 0..65535 (empty allowed: a disabled endpoint).
+std::string BadAddress(const std::string& address) {
+  if (address.empty()) return "";
+  const size_t colon = address.rfind(':');
+  int port = -1;
+  if (colon == std::string::npos || colon == 0 ||
+      !absl::SimpleAtoi(address.substr(colon + 1), &port) || port < 0 || port > 65535) {
+    return absl::StrCat("'", address, "' is not HOST:PORT with a port in 0..65535");
+  }
+  return "";
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
@@ -132,6 +170,16 @@ int main(int argc, char** argv) {
   if (job.plan_lead_iterations < 2) {
     std::fprintf(stderr, "dynmo-coordinator: --plan_lead_iterations >= 2\n");
     return 2;
+  }
+  if (std::string bad = BadNumbers(); !bad.empty()) {
+    std::fprintf(stderr, "dynmo-coordinator: %s\n", bad.c_str());
+    return 2;
+  }
+  for (const std::string* address : {&opts.listen, &opts.metrics_listen}) {
+    if (std::string bad = BadAddress(*address); !bad.empty()) {
+      std::fprintf(stderr, "dynmo-coordinator: %s\n", bad.c_str());
+      return 2;
+    }
   }
 
   absl::StatusOr<std::unique_ptr<service::CoordinatorServer>> server =

@@ -134,6 +134,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen, *creds, &impl->port);
+  // One coordinator per address: without this, gRPC's SO_REUSEPORT lets a
+  // second one bind the same port and the kernel splits calls between them.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.RegisterService(impl->agent.get());
   builder.RegisterService(impl->scheduler.get());

@@ -55,7 +55,30 @@ absl::Status StateStore::Open() {
   if (::access(dir_.c_str(), W_OK) != 0) {
     return Errno(absl::StrCat("state dir ", dir_, " not writable"));
   }
+  if (lock_fd_ >= 0) return absl::OkStatus();
+  const std::string lock_path = dir_ + "/LOCK";
+  lock_fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_fd_ < 0) return Errno(absl::StrCat("open ", lock_path));
+  struct flock lock = {};
+  lock.l_type = F_WRLCK;
+  lock.l_whence = SEEK_SET;
+  if (::fcntl(lock_fd_, F_SETLK, &lock) != 0) {
+    const int err = errno;
+    ::close(lock_fd_);
+    lock_fd_ = -1;
+    if (err == EACCES || err == EAGAIN) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "state dir ", dir_, " is in use by another dynmo-coordinator (", lock_path,
+          " is locked)"));
+    }
+    errno = err;
+    return Errno(absl::StrCat("lock ", lock_path));
+  }
   return absl::OkStatus();
+}
+
+StateStore::~StateStore() {
+  if (lock_fd_ >= 0) ::close(lock_fd_);
 }
 
 absl::StatusOr<std::optional<dynmo::v1::CoordinatorState>> StateStore::Load()

@@ -29,8 +29,14 @@ namespace dynmo::service {
 class StateStore {
  public:
   explicit StateStore(std::string dir) : dir_(std::move(dir)) {}
+  ~StateStore();
+  StateStore(const StateStore&) = delete;
+  StateStore& operator=(const StateStore&) = delete;
 
-  // Creates the directory if needed and checks it is writable.
+  // Creates the directory if needed, checks it is writable and takes its
+  // LOCK file (a POSIX write lock, held until destruction): a second
+  // dynmo-coordinator process on the same directory gets
+  // FAILED_PRECONDITION instead of two writers of one state.
   absl::Status Open();
   // Returns the newest snapshot, or nullopt when none was ever written.
   absl::StatusOr<std::optional<dynmo::v1::CoordinatorState>> Load() const;
@@ -41,6 +47,7 @@ class StateStore {
 
  private:
   std::string dir_;
+  int lock_fd_ = -1;
 };
 
 class StateKeeper {

@@ -196,6 +196,32 @@ TEST_F(DaemonTest, RepackingReleasesRanksThatCtlReleasedShows) {
   EXPECT_NE(plans.out.find("repack"), std::string::npos) << plans.out;
 }
 
+TEST_F(DaemonTest, OneCoordinatorPerAddressAndPerStateDirAndNoBadFlags) {
+  StartDaemon();
+  WaitReady();
+  const std::string bin = bin_ + "/dynmo-coordinator";
+  // The same state dir on another port: refused, the running one untouched.
+  Result same_dir = Shell(absl::StrCat("timeout 10 ", bin, " --listen=127.0.0.1:0 --state_dir=",
+                                       dir_, "/state"));
+  EXPECT_EQ(same_dir.rc, 1) << same_dir.out;
+  EXPECT_NE(same_dir.out.find("in use by another dynmo-coordinator"), std::string::npos)
+      << same_dir.out;
+  // The same address with another state dir: cannot bind (no SO_REUSEPORT).
+  Result same_port = Shell(absl::StrCat("timeout 10 ", bin, " --listen=", address_,
+                                        " --state_dir=", dir_, "/other"));
+  EXPECT_EQ(same_port.rc, 1) << same_port.out;
+  // Out-of-range ports and numbers: one line, exit 2, nothing started.
+  for (const std::string flags :
+       {"--listen=127.0.0.1:99999", "--listen=nocolon", "--metrics_listen=:1",
+        "--prepare_timeout_s=-1", "--prepare_timeout_s=nan", "--migration_bandwidth=0",
+        "--auto_horizon_iterations=0", "--max_jobs=0", "--max_message_bytes=-5"}) {
+    Result r = Shell(absl::StrCat("timeout 10 ", bin, " --listen=127.0.0.1:0 ", flags));
+    EXPECT_EQ(r.rc, 2) << flags << ": " << r.out;
+    EXPECT_NE(r.out.find("dynmo-coordinator: "), std::string::npos) << flags << ": " << r.out;
+  }
+  EXPECT_EQ(Ctl("jobs").rc, 0) << "the first coordinator still serves";
+}
+
 TEST_F(DaemonTest, Kill9AndRestartLoseNothing) { Kill9MidRun(""); }
 
 TEST_F(DaemonTest, Kill9AndRestartLoseNothingWithMultiplexedRanks) {
