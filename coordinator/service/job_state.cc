@@ -12,6 +12,7 @@
 #include "coordinator/core/measures.h"
 #include "coordinator/core/partition.h"
 #include "coordinator/service/plan_convert.h"
+#include "coordinator/service/proto_convert.h"
 #include "coordinator/service/validation.h"
 
 namespace dynmo::service {
@@ -258,10 +259,6 @@ bool JobState::ActiveRanksReportedSince(int64_t iter) const {
   }
   return true;
 }
-
-int64_t JobState::NewestIteration() const { return newest_iteration_; }
-
-int JobState::MissingSamples() const { return missing_; }
 
 absl::Status JobState::RegisterUnflushed(
     const dynmo::v1::RegisterRequest& request,
@@ -979,29 +976,15 @@ void JobState::TickUnflushed(absl::Time now) {
   }
   UpdateMeasuresLocked(*model);
 
-  std::string reason;
-  switch (policy_.trigger.kind) {
-    case Trigger::Kind::kManual:
-      return;
-    case Trigger::Kind::kEvery:
-      if (newest_iteration_ - last_decision_iteration_ <
-          policy_.trigger.every_iterations) {
-        return;
-      }
-      reason = TriggerName(policy_.trigger);
-      break;
-    case Trigger::Kind::kOnEvent:
-      if (!model_changed_) return;
-      if (!ActiveRanksReportedSince(model_changed_iteration_)) {
-        last_decision_note_ = "model changed: waiting for every rank's new costs";
-        return;  // keep the trigger armed
-      }
-      reason = "on-event";
-      break;
-    case Trigger::Kind::kAuto:
-      reason = "auto";
-      break;
-  }
+  TriggerState state;
+  state.iterations_since_decision = newest_iteration_ - last_decision_iteration_;
+  state.model_changed = model_changed_;
+  state.changed_costs_complete =
+      model_changed_ && ActiveRanksReportedSince(model_changed_iteration_);
+  const TriggerCall call = EvaluateTrigger(policy_.trigger, state);
+  if (!call.note.empty()) last_decision_note_ = call.note;
+  if (!call.decide) return;
+  std::string reason = call.reason;
   if (!MissingParticipants(true).empty()) {
     last_decision_note_ = "waiting for every active rank to connect";
     return;  // keep the trigger armed
@@ -1024,15 +1007,13 @@ void JobState::TickUnflushed(absl::Time now) {
     ai.candidate_bottleneck_s = d->predicted_bottleneck_s;
     ai.migration_bytes = d->migration_bytes;
     ai.microbatches = microbatches_;
-    if (d->released_stages.empty()) {
+    ai.releases_gpus = !d->released_stages.empty();
+    if (!ai.releases_gpus) {
       absl::StatusOr<double> noise =
           core::GainNoise(*model, LayerNoiseLocked(), boundaries_, d->boundaries);
       if (noise.ok()) ai.gain_noise_s = *noise;
     }
-    AutoVerdict v = EvaluateAuto(options_.auto_options, ai);
-    // Re-packing releases GPUs at (nearly) no throughput loss: a gain in
-    // GPUs, not in time, so it passes the gate on its own.
-    if (!d->released_stages.empty()) v.pays_back = true;
+    const AutoVerdict v = EvaluateAuto(options_.auto_options, ai);
     last_decision_note_ = v.why;
     if (!gate_->Observe(v, newest_iteration_)) return;
   }

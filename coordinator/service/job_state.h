@@ -198,8 +198,6 @@ class JobState {
   bool ActiveRanksReportedSince(int64_t iter) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<int> MissingParticipants(bool need_session) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  int64_t NewestIteration() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  int MissingSamples() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<core::PipelineModel> ModelLocked() const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Newest measured memory per active stage (max over its replicas).
