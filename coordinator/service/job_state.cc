@@ -5,7 +5,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "coordinator/service/job_record.h"
 #include "coordinator/service/plan_convert.h"
 #include "coordinator/service/proto_convert.h"
@@ -241,20 +240,16 @@ absl::Status JobState::CheckReportLocked(
 
 void JobState::ApplyReportLocked(int rank,
                                  const dynmo::v1::IterationReport& report) {
-  RosterRank& r = roster_.at(rank);
+  const RosterRank& r = roster_.at(rank);
   // A released stage holds no layers any more; its stragglers are ignored.
-  if (RankRoster::IsActiveStage(layout_.active_stages, r.pipeline_rank)) {
-    for (const auto& l : report.layers()) {
-      // CheckReportLocked validated the layers against the job's.
-      profile_.Add(r.data_parallel_rank, LayerCostFromSample(l), report.model_changed())
-          .IgnoreError();
-    }
-    r.memory_used_bytes = report.stage_memory_used_bytes();
+  const bool active = RankRoster::IsActiveStage(layout_.active_stages, r.pipeline_rank);
+  for (const auto& l : report.layers()) {
+    if (!active) break;
+    // CheckReportLocked validated the layers against the job's.
+    profile_.Add(r.data_parallel_rank, LayerCostFromSample(l), report.model_changed())
+        .IgnoreError();
   }
-  if (report.stage_memory_capacity_bytes() > 0) {
-    r.memory_capacity_bytes = report.stage_memory_capacity_bytes();
-  }
-  r.last_iteration = report.iteration();
+  roster_.RecordReport(rank, report, active);
   rebalancer_.OnReport(report.iteration(), report.model_changed());
   ++reports_;
   if (metrics_ != nullptr) metrics_->Report();
@@ -270,8 +265,8 @@ absl::Status JobState::CheckAckLocked(int rank,
 }
 
 void JobState::ApplyAckLocked(int rank, const dynmo::v1::PlanAck& ack) {
-  RosterRank& r = roster_.at(rank);
-  if (ack.iteration() > r.last_iteration) r.last_iteration = ack.iteration();
+  roster_.RecordAck(rank, ack.iteration());
+  const RosterRank& r = roster_.at(rank);
   const PlanStep step =
       protocol_.OnAck(rank, roster_.Participates(rank, layout_.active_stages), ack);
   if (step.kind == PlanStep::Kind::kResendCommit) {
@@ -391,7 +386,7 @@ void JobState::Tick(absl::Time now) {
   const std::vector<int>& active = layout_.active_stages;
   std::optional<Proposal> proposal = rebalancer_.Consider(RebalanceContext{
       *model, layout_, profile_, roster_.shape().pipeline_size,
-      roster_.MissingParticipants(active, true).empty(),
+      roster_.CheckConnected(active).ok(),
       roster_.ReportedSince(active, rebalancer_.model_changed_iteration())});
   if (!proposal) return;
   absl::StatusOr<dynmo::v1::Plan> issued =
@@ -407,11 +402,8 @@ absl::StatusOr<dynmo::v1::RebalanceResponse> JobState::Rebalance(absl::Time now)
   if (absl::Status s = protocol_.CheckIdle(); !s.ok()) return s;
   absl::StatusOr<core::PipelineModel> model = ModelLocked();
   if (!model.ok()) return model.status();
-  std::vector<int> missing = roster_.MissingParticipants(layout_.active_stages, true);
-  if (!missing.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job ", name_, " has active ranks without a session (",
-        absl::StrJoin(missing, ","), "; -1 = never registered)"));
+  if (absl::Status s = roster_.CheckConnected(layout_.active_stages); !s.ok()) {
+    return s;
   }
   MeasureLocked(*model);
   dynmo::v1::RebalanceResponse response;

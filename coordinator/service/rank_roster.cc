@@ -5,6 +5,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace dynmo::service {
 namespace {
@@ -165,6 +166,22 @@ int RankRoster::connected() const {
   return n;
 }
 
+void RankRoster::RecordReport(int rank,
+                              const dynmo::v1::IterationReport& report,
+                              bool active) {
+  RosterRank& r = at(rank);
+  if (active) r.memory_used_bytes = report.stage_memory_used_bytes();
+  if (report.stage_memory_capacity_bytes() > 0) {
+    r.memory_capacity_bytes = report.stage_memory_capacity_bytes();
+  }
+  r.last_iteration = report.iteration();
+}
+
+void RankRoster::RecordAck(int rank, int64_t iteration) {
+  RosterRank& r = at(rank);
+  if (iteration > r.last_iteration) r.last_iteration = iteration;
+}
+
 bool RankRoster::IsActiveStage(absl::Span<const int> active, int stage) {
   return std::binary_search(active.begin(), active.end(), stage);
 }
@@ -200,6 +217,14 @@ std::vector<int> RankRoster::MissingParticipants(absl::Span<const int> active,
     missing.push_back(-1);  // some ranks never registered
   }
   return missing;
+}
+
+absl::Status RankRoster::CheckConnected(absl::Span<const int> active) const {
+  const std::vector<int> missing = MissingParticipants(active, true);
+  if (missing.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "job ", shape_.job, " has active ranks without a session (",
+      absl::StrJoin(missing, ","), "; -1 = never registered)"));
 }
 
 bool RankRoster::ReportedSince(absl::Span<const int> active,

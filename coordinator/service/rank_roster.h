@@ -93,6 +93,14 @@ class RankRoster {
   void Detach(absl::Span<const int> ranks, const SessionSink* sink);
   int connected() const;
 
+  // What a valid report of `rank` says about the rank: its newest
+  // iteration, its capacity when reported, and its stage's measured memory
+  // when `active` (a released stage holds no layers).
+  void RecordReport(int rank, const dynmo::v1::IterationReport& report,
+                    bool active);
+  // An ack of `rank` sent at `iteration`.
+  void RecordAck(int rank, int64_t iteration);
+
   // Whether `stage` is one of `active` (sorted).
   static bool IsActiveStage(absl::Span<const int> active, int stage);
   // A registered rank of an active stage, or one not registered yet (every
@@ -103,6 +111,9 @@ class RankRoster {
   // and -1 when some active ranks never registered.
   std::vector<int> MissingParticipants(absl::Span<const int> active,
                                        bool need_session) const;
+  // FAILED_PRECONDITION naming MissingParticipants(active, true) unless
+  // every active rank is registered and has a session.
+  absl::Status CheckConnected(absl::Span<const int> active) const;
   // True when every registered active rank reported iteration >= `iteration`.
   bool ReportedSince(absl::Span<const int> active, int64_t iteration) const;
   // One entry per session carrying participating ranks, in rank order.

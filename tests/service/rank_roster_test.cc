@@ -93,6 +93,27 @@ TEST(RankRosterTest, ParticipantsAreTheRanksOfActiveStages) {
   // Rank 0 has no session; replica 1 of stage 0 never registered.
   EXPECT_EQ(roster.MissingParticipants(only_stage0, true), (std::vector<int>{0, -1}));
   EXPECT_EQ(roster.MissingParticipants(only_stage0, false), (std::vector<int>{-1}));
+  absl::Status connected = roster.CheckConnected(only_stage0);
+  EXPECT_EQ(connected.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(connected.message().find("(0,-1;"), absl::string_view::npos) << connected;
+}
+
+TEST(RankRosterTest, AReportOfAReleasedStageKeepsItsMeasuredMemory) {
+  RankRoster roster = AllRegistered();
+  dynmo::v1::IterationReport report;
+  report.set_iteration(7);
+  report.set_stage_memory_used_bytes(500);
+  report.set_stage_memory_capacity_bytes(2000);
+  roster.RecordReport(0, report, /*active=*/true);
+  roster.RecordReport(1, report, /*active=*/false);
+  EXPECT_EQ(roster.at(0).memory_used_bytes, 500);
+  EXPECT_EQ(roster.at(1).memory_used_bytes, 0);
+  EXPECT_EQ(roster.at(1).memory_capacity_bytes, 2000);
+  EXPECT_EQ(roster.at(1).last_iteration, 7);
+  roster.RecordAck(1, 5);
+  EXPECT_EQ(roster.at(1).last_iteration, 7) << "an older ack moves nothing back";
+  roster.RecordAck(1, 9);
+  EXPECT_EQ(roster.at(1).last_iteration, 9);
 }
 
 TEST(RankRosterTest, OneSessionGetsOneEntryForAllItsParticipatingRanks) {
