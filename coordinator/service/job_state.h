@@ -8,6 +8,8 @@
 //   JobLayout (job_layout.h)          active stages and boundaries in force
 //   Rebalancer (rebalancer.h)         the policy: trigger, balancer, gate
 //   PlanProtocol (plan_protocol.h)    PREPARE / COMMIT / ABORT / applied
+//   SendQueue (send_queue.h)          messages on their way to the sessions
+//   job_record.h                      the job as JobRecord / JobStatus / ...
 //   proto_convert.h, plan_convert.h   wire messages <-> plain structs
 //
 // Ranks register with their pipeline / data-parallel coordinates; each rank
