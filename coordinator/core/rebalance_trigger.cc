@@ -32,15 +32,37 @@ absl::StatusOr<RebalanceTrigger> ParseTrigger(absl::string_view text) {
     }
     return t;
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown trigger '", text, "' (want every:N or on-change[:T])"));
+  if (text == "on-event") {
+    t.kind = RebalanceTrigger::Kind::kOnEvent;
+    return t;
+  }
+  if (text == "auto") {
+    t.kind = RebalanceTrigger::Kind::kAuto;
+    return t;
+  }
+  if (text == "manual") {
+    t.kind = RebalanceTrigger::Kind::kManual;
+    return t;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown trigger '", text,
+                   "' (want every:N, on-change[:T], on-event, auto or manual)"));
 }
 
 std::string TriggerName(const RebalanceTrigger& trigger) {
-  if (trigger.kind == RebalanceTrigger::Kind::kEvery) {
-    return absl::StrCat("every:", trigger.every);
+  switch (trigger.kind) {
+    case RebalanceTrigger::Kind::kEvery:
+      return absl::StrCat("every:", trigger.every);
+    case RebalanceTrigger::Kind::kOnChange:
+      return absl::StrCat("on-change:", trigger.threshold);
+    case RebalanceTrigger::Kind::kOnEvent:
+      return "on-event";
+    case RebalanceTrigger::Kind::kAuto:
+      return "auto";
+    case RebalanceTrigger::Kind::kManual:
+      return "manual";
   }
-  return absl::StrCat("on-change:", trigger.threshold);
+  return "auto";
 }
 
 absl::Status ValidateTrigger(const RebalanceTrigger& trigger) {
@@ -68,13 +90,18 @@ double RelativeTimeChange(absl::Span<const LayerCost> reference,
   return moved / base;
 }
 
-bool TriggerFires(const RebalanceTrigger& trigger,
-                  int iterations_since_decision, double change) {
+bool TriggerFires(const RebalanceTrigger& trigger, const TriggerInput& input) {
   switch (trigger.kind) {
     case RebalanceTrigger::Kind::kEvery:
-      return iterations_since_decision >= trigger.every;
+      return input.iterations_since_decision >= trigger.every;
     case RebalanceTrigger::Kind::kOnChange:
-      return change > trigger.threshold;
+      return input.change > trigger.threshold;
+    case RebalanceTrigger::Kind::kOnEvent:
+      return input.model_changed;
+    case RebalanceTrigger::Kind::kAuto:
+      return true;
+    case RebalanceTrigger::Kind::kManual:
+      return false;
   }
   return false;
 }

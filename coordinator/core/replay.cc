@@ -76,7 +76,17 @@ absl::Status ValidateReplayConfig(const ReplayConfig& config) {
     return absl::InvalidArgumentError(
         absl::StrCat("min_gain must be in [0, 1), got ", config.min_gain));
   }
-  return ValidateTrigger(config.trigger);
+  return ValidateReplayTrigger(config.trigger);
+}
+
+absl::Status ValidateReplayTrigger(const RebalanceTrigger& trigger) {
+  if (trigger.kind != RebalanceTrigger::Kind::kEvery &&
+      trigger.kind != RebalanceTrigger::Kind::kOnChange) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "trigger '", TriggerName(trigger),
+        "' cannot be replayed: a trace replays every:N or on-change[:T]"));
+  }
+  return ValidateTrigger(trigger);
 }
 
 absl::StatusOr<ReplayResult> ReplayTrace(const Trace& trace,
@@ -122,7 +132,7 @@ absl::StatusOr<ReplayResult> ReplayTrace(const Trace& trace,
     if (k + 1 == trace.size()) break;
     ++since_decision;
     const double change = RelativeTimeChange(reference, model.layers);
-    if (!TriggerFires(config.trigger, since_decision, change)) continue;
+    if (!TriggerFires(config.trigger, {since_decision, change, false})) continue;
 
     ++result.decisions;
     since_decision = 0;

@@ -71,8 +71,11 @@ struct ReplayResult {
 };
 
 // Returns OK when stages and microbatches are >= 1, the bandwidth is finite
-// and >= 0, min_gain is in [0, 1), and the trigger is valid.
+// and >= 0, min_gain is in [0, 1), and the trigger is valid and replayable.
 absl::Status ValidateReplayConfig(const ReplayConfig& config);
+// OK for a valid every:N or on-change[:T]; the coordinator's kinds
+// (on-event, auto, manual) need ranks and a payback gate a trace lacks.
+absl::Status ValidateReplayTrigger(const RebalanceTrigger& trigger);
 
 // Replays `trace` under `config`. Errors: an invalid trace or config, more
 // stages than layers, or a balancer failure (e.g. caps nothing satisfies),

@@ -1,34 +1,35 @@
-// JobState: everything the coordinator knows about one training job, and the
-// coordinator's side of the two-phase plan protocol (docs/protocol.md).
+// JobState: one training job in the coordinator: the lock that serialises
+// everything about it and the fan-out of its downstream messages. What it
+// composes lives beside it, one concept a file:
+//
+//   RankRoster (rank_roster.h)        ranks, coordinates, sessions
+//   core::CostProfile                 smoothed per-layer costs and noise per
+//     (core/cost_profile.h)           (replica, layer); the PipelineModel
+//   JobLayout (job_layout.h)          active stages and boundaries in force
+//   Rebalancer (rebalancer.h)         the policy: trigger, balancer, gate
+//   PlanProtocol (plan_protocol.h)    PREPARE / COMMIT / ABORT / applied
+//   SendQueue (send_queue.h)          messages on their way to the sessions
+//   job_record.h                      the job as JobRecord / JobStatus / ...
+//   proto_convert.h, plan_convert.h   wire messages <-> plain structs
 //
 // Ranks register with their pipeline / data-parallel coordinates; each rank
-// then reports the per-layer costs of its own stage's layers. JobState keeps
-// one smoothed cost per (replica, layer) and, once every layer of every
-// replica has been seen, combines the replicas with
-// core::CombineReplicaProfiles (max per field: the slowest replica paces the
-// step). Tick() evaluates the job's Policy and may issue a plan:
+// then reports the per-layer costs of its own stage. Tick() evaluates the
+// job's Policy on the combined profile and may issue a plan, which the plan
+// protocol settles (docs/protocol.md). JobState sends what the protocol
+// returns, persists the job before a PREPARE or a COMMIT leaves (so epochs
+// never go backwards across kill -9), moves the layout when a plan is
+// applied and hands the GPUs it released to the ReleasedPool.
 //
-//   PREPARE(epoch, plan, apply_iteration) -> every participating rank
-//   all ranks PREPARED                    -> COMMIT to every rank (persisted)
-//   any FAILED / timeout / too late       -> ABORT to every rank (persisted)
-//   APPLIED ack, or a report of an iteration >= apply_iteration that ran
-//   under the plan's epoch                -> outcome applied; released GPUs
-//                                            enter the ReleasedPool
-//
-// The epoch is committed to the StateKeeper before PREPARE leaves, so epochs
-// never go backwards across kill -9. Thread-safe: one mutex per job; lock
-// order job -> pool -> keeper. Downstream messages are queued under the
-// job's lock and handed to the sinks after it is released, in order, grouped
-// per sink: a multiplexed session (SessionSink shared by several ranks) gets
-// one message per broadcast listing the ranks it is for.
+// Thread-safe: one mutex per job; lock order job -> pool -> keeper.
+// Downstream messages are queued under the job's lock and handed to the
+// sinks after it is released (send_queue.h), in order, grouped per sink: a
+// multiplexed session (SessionSink shared by several ranks) gets one message
+// per broadcast listing the ranks it is for.
 #ifndef DYNMO_COORDINATOR_SERVICE_JOB_STATE_H_
 #define DYNMO_COORDINATOR_SERVICE_JOB_STATE_H_
 
-#include <atomic>
 #include <cstdint>
-#include <deque>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,13 +40,17 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "coordinator/core/boundaries.h"
-#include "coordinator/core/cost_model.h"
-#include "coordinator/core/cost_noise.h"
-#include "coordinator/core/pipeline_sim.h"
+#include "coordinator/core/cost_profile.h"
 #include "coordinator/service/decision.h"
+#include "coordinator/service/job_layout.h"
+#include "coordinator/service/job_record.h"
 #include "coordinator/service/metrics.h"
+#include "coordinator/service/plan_protocol.h"
 #include "coordinator/service/policy.h"
+#include "coordinator/service/rank_roster.h"
+#include "coordinator/service/rebalancer.h"
 #include "coordinator/service/released_pool.h"
+#include "coordinator/service/send_queue.h"
 #include "coordinator/service/session_sink.h"
 #include "coordinator/service/state_store.h"
 #include "dynmo/v1/agent.pb.h"
@@ -141,32 +146,16 @@ class JobState {
   absl::Status Persist();
 
  private:
-  struct Rank {
-    bool registered = false;
-    int pipeline_rank = -1;
-    int data_parallel_rank = -1;
-    std::string host;
-    int device = 0;
-    int64_t memory_capacity_bytes = 0;
-    int64_t memory_used_bytes = 0;  // newest report's measured stage memory
-    int64_t last_iteration = -1;
-    uint64_t applied_epoch = 0;
-    std::shared_ptr<SessionSink> sink;
-    bool prepared = false;  // for the in-flight plan
-  };
+  // Sends what was queued once it goes out of scope: declared before the
+  // MutexLock, it runs after the lock is released.
+  class FlushOnExit;
 
-  absl::Status RegisterUnflushed(const dynmo::v1::RegisterRequest& request,
-                                 dynmo::v1::RegisterResponse* response);
-  absl::Status CheckRegisterLocked(const dynmo::v1::RegisterRequest& request)
-      const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  JobState(JobShape shape, const JobOptions& options, JobDeps deps,
+           uint64_t epoch);
   // Returns true when the rank's epoch was adopted (must be persisted).
   bool ApplyRegisterLocked(const dynmo::v1::RegisterRequest& request)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void RegisterResponseLocked(int rank,
-                              dynmo::v1::RegisterResponse* response) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status CheckReportLocked(int rank,
-                                 const dynmo::v1::IterationReport& report) const
+  absl::Status CheckReportLocked(const dynmo::v1::IterationReport& report) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyReportLocked(int rank, const dynmo::v1::IterationReport& report)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -174,123 +163,49 @@ class JobState {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyAckLocked(int rank, const dynmo::v1::PlanAck& ack)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status AttachUnflushed(int rank, std::shared_ptr<SessionSink> sink);
-  absl::Status OnReportUnflushed(int rank,
-                                 const dynmo::v1::IterationReport& report);
-  absl::Status OnAckUnflushed(int rank, const dynmo::v1::PlanAck& ack);
-  void TickUnflushed(absl::Time now);
-  absl::StatusOr<dynmo::v1::RebalanceResponse> RebalanceUnflushed(
-      absl::Time now);
-  // Downstream messages are queued under mu_ and sent by FlushSends after
-  // it is released.
-  void QueueSend(const std::shared_ptr<SessionSink>& sink,
-                 std::vector<int> ranks,
-                 const dynmo::v1::CoordinatorMessage& m)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void QueueClose(const std::shared_ptr<SessionSink>& sink)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void FlushSends() ABSL_LOCKS_EXCLUDED(mu_);
 
-  void Init(const JobOptions& options) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool IsActiveStage(int stage) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool Participates(int rank) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // True when every registered active rank reported iteration >= `iter`.
-  bool ActiveRanksReportedSince(int64_t iter) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::vector<int> MissingParticipants(bool need_session) const
+  void SendToParticipants(const dynmo::v1::CoordinatorMessage& m)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  int64_t NewestIteration() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  int MissingSamples() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What the (re)attached `ranks` of `sink` may have missed, one message per
+  // kind for all of them (PlanProtocol::MissedMessages).
+  void ResendInFlight(const std::shared_ptr<SessionSink>& sink,
+                      absl::Span<const int> ranks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   absl::StatusOr<core::PipelineModel> ModelLocked() const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Newest measured memory per active stage (max over its replicas).
-  std::vector<int64_t> StageMemoryUsedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Standard error of each layer's smoothed time, the max over replicas.
-  std::vector<double> LayerNoiseLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void UpdateMeasuresLocked(const core::PipelineModel& model)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<Decision> DecideLocked(const core::PipelineModel& model)
+  // The rebalancer's measures of the layout in force, and their metrics.
+  void MeasureLocked(const core::PipelineModel& model)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<dynmo::v1::Plan> IssueLocked(const Decision& decision,
                                               const std::string& reason,
                                               absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Carries out what the plan protocol asked for.
+  void RunStepLocked(const PlanStep& step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CommitLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AbortLocked(const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyLocked(const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void FinishLocked(dynmo::v1::PlanOutcome outcome, const std::string& detail)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void SendToParticipants(const dynmo::v1::CoordinatorMessage& m)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // What the (re)attached `ranks` of `sink` may have missed: the in-flight
-  // PREPARE (and COMMIT) for the participating ones, or the ABORT of the
-  // newest epoch; one message per kind for all of them.
-  void ResendInFlight(const std::shared_ptr<SessionSink>& sink,
-                      absl::Span<const int> ranks)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  dynmo::v1::JobRecord RecordLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // The parts job_record.h makes the job's messages from.
+  JobParts PartsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status PersistLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  dynmo::v1::JobSummary SummaryLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Persists after a settled plan; a failure becomes the decision note.
+  void PersistSettledLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string name_;
   JobDeps deps_;
   std::unique_ptr<JobMetrics> metrics_;
 
-  absl::Mutex send_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable absl::Mutex mu_;
-  struct PendingSend {
-    std::shared_ptr<SessionSink> sink;
-    std::vector<int> ranks;  // the ranks of `sink` it is for
-    std::shared_ptr<const dynmo::v1::CoordinatorMessage> message;
-  };
-  std::vector<PendingSend> sends_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::shared_ptr<SessionSink>> closes_ ABSL_GUARDED_BY(mu_);
-  std::atomic<bool> has_sends_{false};  // sends_ or closes_ is non-empty
-  JobOptions options_ ABSL_GUARDED_BY(mu_);
-  int pipeline_size_ ABSL_GUARDED_BY(mu_) = 1;
-  int data_parallel_size_ ABSL_GUARDED_BY(mu_) = 1;
-  int num_layers_ ABSL_GUARDED_BY(mu_) = 1;
-  std::string fingerprint_ ABSL_GUARDED_BY(mu_);
-  int microbatches_ ABSL_GUARDED_BY(mu_) = 1;
-  core::Schedule schedule_ ABSL_GUARDED_BY(mu_) = core::Schedule::k1F1B;
-  Policy policy_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<AutoGate> gate_ ABSL_GUARDED_BY(mu_);
-
-  uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t applied_epoch_ ABSL_GUARDED_BY(mu_) = 0;
-  core::Boundaries boundaries_ ABSL_GUARDED_BY(mu_);
-  std::vector<int> active_stages_ ABSL_GUARDED_BY(mu_);
-  std::vector<Rank> ranks_ ABSL_GUARDED_BY(mu_);
-
-  // Smoothed costs [replica][layer] and whether each was ever reported.
-  std::vector<std::vector<core::LayerCost>> costs_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::vector<bool>> seen_ ABSL_GUARDED_BY(mu_);
-  // Timing noise of each (replica, layer)'s fwd + bwd + wgrad samples.
-  std::vector<std::vector<core::NoiseTracker>> noise_ ABSL_GUARDED_BY(mu_);
-  int missing_ ABSL_GUARDED_BY(mu_) = 0;
-
-  int64_t newest_iteration_ ABSL_GUARDED_BY(mu_) = -1;
-  int64_t last_decision_iteration_ ABSL_GUARDED_BY(mu_) = -1;
-  bool model_changed_ ABSL_GUARDED_BY(mu_) = false;
-  // The newest iteration a rank flagged "model changed". on-event decides
-  // only once every active rank reported it or later: otherwise the plan
-  // would mix one stage's new costs with another's stale ones.
-  int64_t model_changed_iteration_ ABSL_GUARDED_BY(mu_) = -1;
-  bool dirty_ ABSL_GUARDED_BY(mu_) = false;
+  SendQueue outbox_{&mu_};  // Queue and Close under mu_
+  const JobOptions options_;
+  RankRoster roster_ ABSL_GUARDED_BY(mu_);
+  core::CostProfile profile_ ABSL_GUARDED_BY(mu_);
+  JobLayout layout_ ABSL_GUARDED_BY(mu_);
+  Rebalancer rebalancer_ ABSL_GUARDED_BY(mu_);
+  PlanProtocol protocol_ ABSL_GUARDED_BY(mu_);
   int64_t reports_ ABSL_GUARDED_BY(mu_) = 0;
-
-  std::optional<dynmo::v1::PlanRecord> in_flight_ ABSL_GUARDED_BY(mu_);
-  absl::Time in_flight_since_ ABSL_GUARDED_BY(mu_);
-  int participants_ ABSL_GUARDED_BY(mu_) = 0;    // ranks that must prepare
-  int prepared_count_ ABSL_GUARDED_BY(mu_) = 0;
-  std::deque<dynmo::v1::PlanRecord> history_ ABSL_GUARDED_BY(mu_);
-
-  // Measures of the current layout, refreshed by Tick.
-  std::vector<double> loads_ ABSL_GUARDED_BY(mu_);
-  double imbalance_ ABSL_GUARDED_BY(mu_) = 0;
-  double bottleneck_ ABSL_GUARDED_BY(mu_) = 0;
-  double lower_bound_ ABSL_GUARDED_BY(mu_) = 0;
-  double bubble_ ABSL_GUARDED_BY(mu_) = 0;
-  std::string last_decision_note_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace dynmo::service

@@ -2,56 +2,39 @@
 
 #include <cmath>
 
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace dynmo::service {
 
 absl::StatusOr<Trigger> ParseTrigger(absl::string_view text) {
-  Trigger t;
-  if (text == "auto") {
-    t.kind = Trigger::Kind::kAuto;
-    return t;
+  absl::StatusOr<Trigger> t = core::ParseTrigger(text);
+  if (t.ok() && t->kind == Trigger::Kind::kOnChange) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "trigger '", text, "' is the trace replay's (dynmo-sim); the "
+        "coordinator runs every:N, on-event, auto or manual"));
   }
-  if (text == "on-event") {
-    t.kind = Trigger::Kind::kOnEvent;
-    return t;
-  }
-  if (text == "manual") {
-    t.kind = Trigger::Kind::kManual;
-    return t;
-  }
-  if (absl::StartsWith(text, "every:")) {
-    int n = 0;
-    if (!absl::SimpleAtoi(text.substr(6), &n) || n < 1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "trigger '", text, "': every:N needs an integer N >= 1"));
-    }
-    t.kind = Trigger::Kind::kEvery;
-    t.every_iterations = n;
-    return t;
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown trigger '", text, "' (want every:N, on-event, auto, manual)"));
+  return t;
 }
 
-std::string TriggerName(const Trigger& trigger) {
-  switch (trigger.kind) {
-    case Trigger::Kind::kEvery:
-      return absl::StrCat("every:", trigger.every_iterations);
-    case Trigger::Kind::kOnEvent:
-      return "on-event";
-    case Trigger::Kind::kAuto:
-      return "auto";
-    case Trigger::Kind::kManual:
-      return "manual";
+TriggerCall EvaluateTrigger(const Trigger& trigger, const TriggerState& state) {
+  TriggerCall call;
+  core::TriggerInput in;
+  in.iterations_since_decision = state.iterations_since_decision;
+  in.model_changed = state.model_changed;
+  if (!core::TriggerFires(trigger, in)) return call;
+  if (trigger.kind == Trigger::Kind::kOnEvent && !state.changed_costs_complete) {
+    call.note = "model changed: waiting for every rank's new costs";
+    return call;  // stays armed
   }
-  return "auto";
+  call.decide = true;
+  call.reason = TriggerName(trigger);
+  return call;
 }
 
-AutoVerdict EvaluateAuto(const AutoOptions& options, const AutoInput& input) {
+namespace {
+
+AutoVerdict EvaluateGain(const AutoOptions& options, const AutoInput& input) {
   AutoVerdict v;
   const double per_mb_gain =
       input.current_bottleneck_s - input.candidate_bottleneck_s;
@@ -87,6 +70,14 @@ AutoVerdict EvaluateAuto(const AutoOptions& options, const AutoInput& input) {
   v.pays_back = true;
   v.why = absl::StrFormat("gain %.6fs pays back migration %.6fs", v.gain_s,
                           v.migration_s);
+  return v;
+}
+
+}  // namespace
+
+AutoVerdict EvaluateAuto(const AutoOptions& options, const AutoInput& input) {
+  AutoVerdict v = EvaluateGain(options, input);
+  if (input.releases_gpus) v.pays_back = true;
   return v;
 }
 

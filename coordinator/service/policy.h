@@ -1,6 +1,7 @@
 // Policy: when a job rebalances and with what. A Policy names the balancer
 // (a core::PartitionMethod), the trigger and whether to re-pack onto fewer
-// GPUs. Triggers:
+// GPUs. Triggers, of the one grammar core/rebalance_trigger.h parses (its
+// on-change[:T] is the trace replay's and is refused here):
 //
 //   every:N   decide every N iterations (the paper's fixed frequency)
 //   on-event  decide after a report flagged "the model changed"
@@ -19,8 +20,9 @@
 //             that does not move it issues nothing.
 //   manual    only the operator's Rebalance RPC decides.
 //
-// EvaluateAuto is a pure function; AutoGate holds the hysteresis state of one
-// job and is thread-compatible (the job's lock guards it).
+// EvaluateTrigger and EvaluateAuto are pure functions; AutoGate holds the
+// hysteresis state of one job and is thread-compatible (the job's lock
+// guards it).
 #ifndef DYNMO_COORDINATOR_SERVICE_POLICY_H_
 #define DYNMO_COORDINATOR_SERVICE_POLICY_H_
 
@@ -30,22 +32,41 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "coordinator/core/partition.h"
+#include "coordinator/core/rebalance_trigger.h"
 
 namespace dynmo::service {
 
-struct Trigger {
-  enum class Kind { kEvery, kOnEvent, kAuto, kManual };
-  Kind kind = Kind::kAuto;
-  int every_iterations = 0;  // kEvery only, >= 1
+using Trigger = core::RebalanceTrigger;
+
+// Parses a trigger the coordinator runs: "every:N" (N >= 1), "on-event",
+// "auto" or "manual"; "on-change[:T]" gets an error that says it is the
+// replay's.
+absl::StatusOr<Trigger> ParseTrigger(absl::string_view text);
+using core::TriggerName;
+
+// What a job's trigger looks at after new reports.
+struct TriggerState {
+  int64_t iterations_since_decision = 0;
+  bool model_changed = false;  // a rank flagged it since the last decision
+  // Every active rank reported the iteration of the newest change, or a
+  // later one. on-event waits for it: otherwise the plan would mix one
+  // stage's new costs with another's stale ones.
+  bool changed_costs_complete = false;
 };
 
-// Parses "every:N" (N >= 1), "on-event", "auto" or "manual".
-absl::StatusOr<Trigger> ParseTrigger(absl::string_view text);
-std::string TriggerName(const Trigger& trigger);
+struct TriggerCall {
+  bool decide = false;
+  std::string reason;  // the plan's reason when it decides: the trigger's name
+  std::string note;    // why it keeps waiting, when that is worth telling
+};
+
+// Whether `trigger` decides now. auto always decides; whether its plan is
+// issued is EvaluateAuto's and AutoGate's call on the decision.
+TriggerCall EvaluateTrigger(const Trigger& trigger, const TriggerState& state);
 
 struct Policy {
   core::PartitionMethod balancer = core::PartitionMethod::kOptimal;
-  Trigger trigger;
+  Trigger trigger{Trigger::Kind::kAuto};
   bool repack = false;
   double repack_tolerance = 0;  // >= 0, relative bottleneck loss allowed
 };
@@ -70,6 +91,9 @@ struct AutoInput {
   int64_t migration_bytes = 0;
   int microbatches = 1;
   double gain_noise_s = 0;  // sd of the per-micro-batch gain (cost_noise.h)
+  // Re-packing releases GPUs at (nearly) no throughput loss: a gain in GPUs,
+  // not in time, so such a candidate pays back on its own.
+  bool releases_gpus = false;
 };
 
 struct AutoVerdict {

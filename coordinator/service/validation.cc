@@ -211,48 +211,10 @@ absl::Status ValidateHostHello(const dynmo::v1::HostHello& hello) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Policy> PolicyFromProto(const dynmo::v1::Policy& proto,
-                                       const Policy& base) {
-  Policy p = base;
-  if (!proto.balancer().empty()) {
-    absl::StatusOr<core::PartitionMethod> m =
-        core::ParsePartitionMethod(proto.balancer());
-    if (!m.ok()) return Invalid(absl::StrCat("balancer: ", m.status().message()));
-    p.balancer = *m;
-  }
-  if (!proto.trigger().empty()) {
-    absl::StatusOr<Trigger> t = ParseTrigger(proto.trigger());
-    if (!t.ok()) return t.status();
-    p.trigger = *t;
-  }
-  if (!std::isfinite(proto.repack_tolerance()) || proto.repack_tolerance() < 0 ||
-      proto.repack_tolerance() > 10) {
-    return Invalid("repack_tolerance must be finite and in [0, 10]");
-  }
-  p.repack = proto.repack();
-  p.repack_tolerance = proto.repack_tolerance();
-  return p;
-}
-
-dynmo::v1::Policy PolicyToProto(const Policy& policy) {
-  dynmo::v1::Policy p;
-  p.set_balancer(core::PartitionMethodName(policy.balancer));
-  p.set_trigger(TriggerName(policy.trigger));
-  p.set_repack(policy.repack);
-  p.set_repack_tolerance(policy.repack_tolerance);
-  return p;
-}
-
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
                       std::string(status.message()));
-}
-
-absl::Status FromGrpcStatus(const grpc::Status& status) {
-  if (status.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      status.error_message());
 }
 
 const char* GrpcCodeName(grpc::StatusCode code) {

@@ -7,9 +7,7 @@
 #define DYNMO_COORDINATOR_SERVICE_VALIDATION_H_
 
 #include "absl/status/status.h"
-#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "coordinator/service/policy.h"
 #include "dynmo/v1/agent.pb.h"
 #include "dynmo/v1/operator.pb.h"
 #include "grpcpp/support/status.h"
@@ -41,15 +39,8 @@ absl::Status ValidateRegisterHost(const dynmo::v1::RegisterHostRequest& request)
 // distinct ranks.
 absl::Status ValidateHostHello(const dynmo::v1::HostHello& hello);
 
-// Parses and checks an operator policy. Empty balancer / trigger fields keep
-// the values of `base`.
-absl::StatusOr<Policy> PolicyFromProto(const dynmo::v1::Policy& proto,
-                                       const Policy& base);
-dynmo::v1::Policy PolicyToProto(const Policy& policy);
-
 // absl and gRPC share their canonical codes; this keeps the message.
 grpc::Status ToGrpcStatus(const absl::Status& status);
-absl::Status FromGrpcStatus(const grpc::Status& status);
 // "INVALID_ARGUMENT", ... for metric labels.
 const char* GrpcCodeName(grpc::StatusCode code);
 

@@ -306,6 +306,7 @@ absl::StatusOr<core::ReplayConfig> ReplayConfigFrom(const CliArgs& args) {
     absl::StatusOr<core::RebalanceTrigger> parsed =
         core::ParseTrigger(*trigger);
     if (!parsed.ok()) return parsed.status();
+    if (absl::Status s = core::ValidateReplayTrigger(*parsed); !s.ok()) return s;
     config.trigger = *parsed;
   }
   absl::StatusOr<std::optional<double>> bandwidth =

@@ -77,11 +77,35 @@ TEST(RebalanceTriggerTest, RejectsMalformedTriggers) {
     EXPECT_FALSE(t.ok()) << "'" << bad << "'";
   }
   EXPECT_THAT(ParseTrigger("sometimes").status().message(),
-              HasSubstr("every:N or on-change"));
+              HasSubstr("every:N, on-change[:T], on-event, auto or manual"));
+}
+
+TEST(RebalanceTriggerTest, OneGrammarParsesTheCoordinatorsKindsToo) {
+  EXPECT_EQ(ParseTrigger("on-event")->kind, RebalanceTrigger::Kind::kOnEvent);
+  EXPECT_EQ(ParseTrigger("auto")->kind, RebalanceTrigger::Kind::kAuto);
+  EXPECT_EQ(ParseTrigger("manual")->kind, RebalanceTrigger::Kind::kManual);
+  for (const char* bad : {"on-event:1", "auto:", "Manual", "on-events"}) {
+    EXPECT_FALSE(ParseTrigger(bad).ok()) << "'" << bad << "'";
+  }
+}
+
+TEST(RebalanceTriggerTest, FiresByKind) {
+  const TriggerInput quiet{/*iterations_since_decision=*/3, /*change=*/0.01,
+                           /*model_changed=*/false};
+  const TriggerInput changed{3, 0.5, true};
+  EXPECT_TRUE(TriggerFires(*ParseTrigger("every:3"), quiet));
+  EXPECT_FALSE(TriggerFires(*ParseTrigger("every:4"), quiet));
+  EXPECT_FALSE(TriggerFires(*ParseTrigger("on-change"), quiet));
+  EXPECT_TRUE(TriggerFires(*ParseTrigger("on-change"), changed));
+  EXPECT_FALSE(TriggerFires(*ParseTrigger("on-event"), quiet));
+  EXPECT_TRUE(TriggerFires(*ParseTrigger("on-event"), changed));
+  EXPECT_TRUE(TriggerFires(*ParseTrigger("auto"), quiet));
+  EXPECT_FALSE(TriggerFires(*ParseTrigger("manual"), changed));
 }
 
 TEST(RebalanceTriggerTest, NamesReadBack) {
-  for (const char* text : {"every:7", "on-change:0.05", "on-change:0.125"}) {
+  for (const char* text : {"every:7", "on-change:0.05", "on-change:0.125",
+                           "on-event", "auto", "manual"}) {
     absl::StatusOr<RebalanceTrigger> t = ParseTrigger(text);
     ASSERT_TRUE(t.ok());
     EXPECT_EQ(TriggerName(*t), text);
@@ -302,6 +326,12 @@ TEST(ReplayTest, InvalidInputsAreRejected) {
   c = Config(1, "every:1");
   c.trigger.every = 0;
   EXPECT_FALSE(ReplayTrace(t, c).ok());
+  for (const char* coordinator_only : {"on-event", "auto", "manual"}) {
+    c = Config(1, coordinator_only);
+    EXPECT_THAT(ReplayTrace(t, c).status().message(),
+                HasSubstr("cannot be replayed"))
+        << coordinator_only;
+  }
   EXPECT_FALSE(ReplayTrace({}, Config(1, "every:1")).ok());
   Trace bad = t;
   bad[1].layers[0].fwd_s = std::numeric_limits<double>::quiet_NaN();

@@ -14,7 +14,7 @@ TEST(ParseTriggerTest, AcceptsEveryForm) {
   absl::StatusOr<Trigger> t = ParseTrigger("every:25");
   ASSERT_TRUE(t.ok());
   EXPECT_EQ(t->kind, Trigger::Kind::kEvery);
-  EXPECT_EQ(t->every_iterations, 25);
+  EXPECT_EQ(t->every, 25);
   EXPECT_EQ(TriggerName(*t), "every:25");
 }
 
@@ -23,6 +23,49 @@ TEST(ParseTriggerTest, RejectsMalformedWithMessage) {
     absl::StatusOr<Trigger> t = ParseTrigger(bad);
     EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << bad;
   }
+}
+
+TEST(ParseTriggerTest, RefusesTheReplaysOnChangeSayingWhose) {
+  absl::StatusOr<Trigger> t = ParseTrigger("on-change:0.1");
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(t.status().message().find("replay"), absl::string_view::npos)
+      << t.status();
+}
+
+TEST(EvaluateTriggerTest, EveryNCountsIterationsSinceTheLastDecision) {
+  const Trigger every = ParseTrigger("every:5").value();
+  EXPECT_FALSE(EvaluateTrigger(every, {/*since=*/4, false, false}).decide);
+  TriggerCall call = EvaluateTrigger(every, {/*since=*/5, false, false});
+  EXPECT_TRUE(call.decide);
+  EXPECT_EQ(call.reason, "every:5");
+}
+
+TEST(EvaluateTriggerTest, OnEventWaitsForEveryRanksNewCosts) {
+  const Trigger on_event = ParseTrigger("on-event").value();
+  EXPECT_FALSE(EvaluateTrigger(on_event, {100, /*changed=*/false, true}).decide);
+  TriggerCall waiting = EvaluateTrigger(on_event, {1, true, /*complete=*/false});
+  EXPECT_FALSE(waiting.decide);
+  EXPECT_EQ(waiting.note, "model changed: waiting for every rank's new costs");
+  TriggerCall call = EvaluateTrigger(on_event, {1, true, true});
+  EXPECT_TRUE(call.decide);
+  EXPECT_EQ(call.reason, "on-event");
+}
+
+TEST(EvaluateTriggerTest, AutoAlwaysDecidesAndManualNever) {
+  TriggerCall call = EvaluateTrigger(ParseTrigger("auto").value(), {0, false, false});
+  EXPECT_TRUE(call.decide);
+  EXPECT_EQ(call.reason, "auto");
+  EXPECT_FALSE(
+      EvaluateTrigger(ParseTrigger("manual").value(), {1000, true, true}).decide);
+}
+
+TEST(EvaluateAutoTest, ReleasingGpusPaysBackWithoutATimeGain) {
+  AutoOptions o;
+  AutoInput in{/*current=*/0.10, /*candidate=*/0.10, /*migration_bytes=*/1LL << 30,
+               /*microbatches=*/8};
+  EXPECT_FALSE(EvaluateAuto(o, in).pays_back);
+  in.releases_gpus = true;
+  EXPECT_TRUE(EvaluateAuto(o, in).pays_back);
 }
 
 TEST(EvaluateAutoTest, GainThatPaysBackMigrationIsAccepted) {

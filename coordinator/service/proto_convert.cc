@@ -1,0 +1,69 @@
+#include "coordinator/service/proto_convert.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace dynmo::service {
+
+core::LayerCost LayerCostFromSample(const dynmo::v1::LayerSample& sample) {
+  core::LayerCost c;
+  c.id = sample.layer();
+  c.fwd_s = sample.fwd_s();
+  c.bwd_s = sample.bwd_s();
+  c.wgrad_s = sample.wgrad_s();
+  c.params = sample.params();
+  c.resident_bytes = sample.resident_bytes();
+  c.activation_bytes = sample.activation_bytes();
+  return c;
+}
+
+dynmo::v1::LayerSample LayerSampleFromCost(const core::LayerCost& cost) {
+  dynmo::v1::LayerSample l;
+  l.set_layer(cost.id);
+  l.set_fwd_s(cost.fwd_s);
+  l.set_bwd_s(cost.bwd_s);
+  l.set_wgrad_s(cost.wgrad_s);
+  l.set_params(cost.params);
+  l.set_resident_bytes(cost.resident_bytes);
+  l.set_activation_bytes(cost.activation_bytes);
+  return l;
+}
+
+absl::StatusOr<Policy> PolicyFromProto(const dynmo::v1::Policy& proto,
+                                       const Policy& base) {
+  Policy p = base;
+  if (!proto.balancer().empty()) {
+    absl::StatusOr<core::PartitionMethod> m =
+        core::ParsePartitionMethod(proto.balancer());
+    if (!m.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("balancer: ", m.status().message()));
+    }
+    p.balancer = *m;
+  }
+  if (!proto.trigger().empty()) {
+    absl::StatusOr<Trigger> t = ParseTrigger(proto.trigger());
+    if (!t.ok()) return t.status();
+    p.trigger = *t;
+  }
+  if (!std::isfinite(proto.repack_tolerance()) || proto.repack_tolerance() < 0 ||
+      proto.repack_tolerance() > 10) {
+    return absl::InvalidArgumentError(
+        "repack_tolerance must be finite and in [0, 10]");
+  }
+  p.repack = proto.repack();
+  p.repack_tolerance = proto.repack_tolerance();
+  return p;
+}
+
+dynmo::v1::Policy PolicyToProto(const Policy& policy) {
+  dynmo::v1::Policy p;
+  p.set_balancer(core::PartitionMethodName(policy.balancer));
+  p.set_trigger(TriggerName(policy.trigger));
+  p.set_repack(policy.repack);
+  p.set_repack_tolerance(policy.repack_tolerance);
+  return p;
+}
+
+}  // namespace dynmo::service

@@ -1,0 +1,135 @@
+#include "coordinator/service/rebalancer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/core/cost_noise.h"
+
+namespace dynmo::service {
+
+Rebalancer::Rebalancer(const Policy& policy, const AutoOptions& auto_options,
+                       CoordinatorMetrics* metrics)
+    : policy_(policy),
+      auto_options_(auto_options),
+      gate_(auto_options),
+      metrics_(metrics) {}
+
+void Rebalancer::OnReport(int64_t iteration, bool model_changed) {
+  newest_iteration_ = std::max(newest_iteration_, iteration);
+  model_changed_ = model_changed_ || model_changed;
+  if (model_changed) {
+    model_changed_iteration_ = std::max(model_changed_iteration_, iteration);
+  }
+  dirty_ = true;
+}
+
+bool Rebalancer::TakeDirty() {
+  const bool dirty = dirty_;
+  dirty_ = false;
+  return dirty;
+}
+
+void Rebalancer::Measure(const core::PipelineModel& model,
+                         const JobLayout& layout) {
+  if (!core::ValidateBoundaries(layout.boundaries,
+                                static_cast<int>(model.layers.size()),
+                                static_cast<int>(model.stages.size()))
+           .ok()) {
+    return;
+  }
+  measures_ = core::Summarize(model, layout.boundaries);
+  absl::StatusOr<double> bubble = core::PredictedBubbleRatio(
+      model, layout.boundaries, layout.schedule, layout.microbatches);
+  bubble_ = bubble.ok() ? *bubble : 0;
+}
+
+std::optional<Proposal> Rebalancer::Consider(const RebalanceContext& context) {
+  const TriggerCall call = EvaluateTrigger(
+      policy_.trigger,
+      TriggerState{newest_iteration_ - last_decision_iteration_, model_changed_,
+                   model_changed_ && context.changed_costs_complete});
+  if (!call.note.empty()) note_ = call.note;
+  if (!call.decide) return std::nullopt;
+  if (!context.all_connected) {
+    note_ = "waiting for every active rank to connect";
+    return std::nullopt;  // keep the trigger armed
+  }
+  last_decision_iteration_ = newest_iteration_;
+  model_changed_ = false;
+  absl::StatusOr<Decision> d =
+      Decide(context.model, context.layout, context.full_stages);
+  if (!d.ok()) {
+    note_ = absl::StrCat("decision failed: ", d.status().message());
+    return std::nullopt;
+  }
+  if (!d->changes_layout) {
+    gate_.Observe(AutoVerdict{}, newest_iteration_);
+    note_ = "layout already optimal";
+    return std::nullopt;
+  }
+  if (policy_.trigger.kind == Trigger::Kind::kAuto &&
+      !AutoGatePasses(context, *d)) {
+    return std::nullopt;
+  }
+  std::string reason = call.reason + (d->released_stages.empty() ? "" : "+repack");
+  return Proposal{*std::move(d), std::move(reason)};
+}
+
+bool Rebalancer::AutoGatePasses(const RebalanceContext& context,
+                                const Decision& d) {
+  AutoInput ai;
+  ai.current_bottleneck_s = d.current_bottleneck_s;
+  ai.candidate_bottleneck_s = d.predicted_bottleneck_s;
+  ai.migration_bytes = d.migration_bytes;
+  ai.microbatches = context.layout.microbatches;
+  ai.releases_gpus = !d.released_stages.empty();
+  if (!ai.releases_gpus) {
+    absl::StatusOr<double> noise =
+        core::GainNoise(context.model, context.profile.LayerNoise(),
+                        context.layout.boundaries, d.boundaries);
+    if (noise.ok()) ai.gain_noise_s = *noise;
+  }
+  const AutoVerdict v = EvaluateAuto(auto_options_, ai);
+  note_ = v.why;
+  return gate_.Observe(v, newest_iteration_);
+}
+
+absl::StatusOr<Decision> Rebalancer::Decide(const core::PipelineModel& model,
+                                            const JobLayout& layout,
+                                            int full_stages) {
+  const auto start = std::chrono::steady_clock::now();
+  DecisionInput in;
+  in.model = model;
+  in.active_stages = layout.active_stages;
+  in.current = layout.boundaries;
+  in.policy = policy_;
+  in.full_stages = full_stages;
+  absl::StatusOr<Decision> d = service::Decide(in);
+  if (metrics_ != nullptr) {
+    metrics_->DecisionLatency(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count());
+  }
+  return d;
+}
+
+absl::StatusOr<std::optional<Proposal>> Rebalancer::DecideNow(
+    const core::PipelineModel& model, const JobLayout& layout, int full_stages,
+    std::string* detail) {
+  absl::StatusOr<Decision> d = Decide(model, layout, full_stages);
+  if (!d.ok()) return d.status();
+  if (!d->changes_layout) {
+    *detail = absl::StrCat("layout already optimal for balancer ",
+                           core::PartitionMethodName(policy_.balancer),
+                           policy_.repack ? " with re-packing" : "");
+    return std::optional<Proposal>();
+  }
+  std::string reason = d->released_stages.empty() ? "operator" : "operator+repack";
+  return std::optional<Proposal>(Proposal{*std::move(d), std::move(reason)});
+}
+
+void Rebalancer::OnPlanIssued() { gate_.OnPlanIssued(newest_iteration_); }
+
+}  // namespace dynmo::service

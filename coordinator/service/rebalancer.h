@@ -1,0 +1,107 @@
+// Rebalancer: when and to what one job rebalances. It owns the job's Policy,
+// what the trigger remembers between reports (the newest iteration, the
+// iteration of the last decision, a model change not decided on yet), the
+// auto trigger's gate (policy.h) and the measures of the layout in force.
+// Consider() runs the trigger and the balancer on the current model and
+// returns the decision to issue as a plan, or nothing and a note saying why;
+// Decide() is the operator's path, without the trigger.
+//
+// No I/O; the decision latency goes to the metrics (may be null).
+// Thread-compatible: the job's lock guards it.
+#ifndef DYNMO_COORDINATOR_SERVICE_REBALANCER_H_
+#define DYNMO_COORDINATOR_SERVICE_REBALANCER_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "coordinator/core/cost_model.h"
+#include "coordinator/core/cost_profile.h"
+#include "coordinator/core/measures.h"
+#include "coordinator/service/decision.h"
+#include "coordinator/service/job_layout.h"
+#include "coordinator/service/metrics.h"
+#include "coordinator/service/policy.h"
+
+namespace dynmo::service {
+
+// What the rest of the job tells the rebalancer at a tick.
+struct RebalanceContext {
+  const core::PipelineModel& model;
+  const JobLayout& layout;
+  const core::CostProfile& profile;  // its layer noise, for the auto gate
+  int full_stages;                   // the job's pipeline size
+  bool all_connected;                // every active rank has a session
+  // Every active rank reported model_changed_iteration() or later.
+  bool changed_costs_complete;
+};
+
+// A decision to issue, with the plan's reason.
+struct Proposal {
+  Decision decision;
+  std::string reason;
+};
+
+class Rebalancer {
+ public:
+  Rebalancer(const Policy& policy, const AutoOptions& auto_options,
+             CoordinatorMetrics* metrics);
+
+  const Policy& policy() const { return policy_; }
+  void SetPolicy(const Policy& policy) { policy_ = policy; }
+  // Evaluates at the next tick even without a new report.
+  void Rearm() { dirty_ = true; }
+
+  // A rank reported `iteration`, flagging whether the model changed.
+  void OnReport(int64_t iteration, bool model_changed);
+  int64_t newest_iteration() const { return newest_iteration_; }
+  // The newest iteration a rank flagged "model changed" (-1: none).
+  int64_t model_changed_iteration() const { return model_changed_iteration_; }
+  // Whether anything arrived since the last call (a tick has work).
+  bool TakeDirty();
+
+  // Refreshes the measures of `layout` under `model` (kept when the
+  // boundaries do not fit it).
+  void Measure(const core::PipelineModel& model, const JobLayout& layout);
+  const core::PartitionSummary& measures() const { return measures_; }
+  double bubble() const { return bubble_; }
+
+  // The trigger, then the balancer, then (auto) the payback gate.
+  std::optional<Proposal> Consider(const RebalanceContext& context);
+  // The operator's "decide now": the balancer without the trigger. A
+  // proposal (reason "operator", "+repack" when it releases stages), or none
+  // when the layout is already optimal, which `*detail` then says.
+  absl::StatusOr<std::optional<Proposal>> DecideNow(
+      const core::PipelineModel& model, const JobLayout& layout,
+      int full_stages, std::string* detail);
+  // A plan was issued: the auto trigger's cool-down starts.
+  void OnPlanIssued();
+
+  // Why the last evaluation issued no plan (diagnostics).
+  const std::string& note() const { return note_; }
+  void Note(std::string note) { note_ = std::move(note); }
+
+ private:
+  // The policy's balancer, timed for the metrics.
+  absl::StatusOr<Decision> Decide(const core::PipelineModel& model,
+                                  const JobLayout& layout, int full_stages);
+  bool AutoGatePasses(const RebalanceContext& context, const Decision& d);
+
+  Policy policy_;
+  AutoOptions auto_options_;
+  AutoGate gate_;
+  CoordinatorMetrics* metrics_;
+  int64_t newest_iteration_ = -1;
+  int64_t last_decision_iteration_ = -1;
+  bool model_changed_ = false;
+  int64_t model_changed_iteration_ = -1;
+  bool dirty_ = false;
+  core::PartitionSummary measures_;
+  double bubble_ = 0;
+  std::string note_;
+};
+
+}  // namespace dynmo::service
+
+#endif  // DYNMO_COORDINATOR_SERVICE_REBALANCER_H_

@@ -1,0 +1,135 @@
+#include "coordinator/core/cost_profile.h"
+
+#include <cstdint>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace dynmo::core {
+namespace {
+
+LayerCost Sample(int layer, double t, int64_t resident = 100,
+                 int64_t activation = 10) {
+  LayerCost c;
+  c.id = layer;
+  c.fwd_s = t;
+  c.bwd_s = 2 * t;
+  c.wgrad_s = t;
+  c.params = 7;
+  c.resident_bytes = resident;
+  c.activation_bytes = activation;
+  return c;
+}
+
+// Every (replica, layer) of a 2-replica, 4-layer job reported once.
+CostProfile Complete(double t = 0.01) {
+  CostProfile p(2, 4, CostProfileOptions{});
+  for (int r = 0; r < 2; ++r) {
+    for (int l = 0; l < 4; ++l) EXPECT_TRUE(p.Add(r, Sample(l, t), false).ok());
+  }
+  return p;
+}
+
+PipelineShape TwoStages() {
+  PipelineShape shape;
+  shape.stages.resize(2);
+  shape.boundaries = {0, 2, 4};
+  shape.microbatches = 8;
+  return shape;
+}
+
+TEST(CostProfileTest, NoModelUntilEveryReplicaReportedEveryLayer) {
+  CostProfile p(2, 4, CostProfileOptions{});
+  EXPECT_EQ(p.missing(), 8);
+  for (int l = 0; l < 4; ++l) ASSERT_TRUE(p.Add(0, Sample(l, 0.01), false).ok());
+  EXPECT_EQ(p.missing(), 4);
+  absl::StatusOr<PipelineModel> m = p.Model(TwoStages());
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(m.status().message().find("4 of 8"), absl::string_view::npos)
+      << m.status();
+  for (int l = 0; l < 4; ++l) ASSERT_TRUE(p.Add(1, Sample(l, 0.01), false).ok());
+  EXPECT_EQ(p.missing(), 0);
+  EXPECT_TRUE(p.Model(TwoStages()).ok());
+}
+
+TEST(CostProfileTest, FirstSampleIsTakenAsIsAndLaterOnesAreSmoothed) {
+  CostProfile p(1, 1, CostProfileOptions{/*smoothing=*/0.5, 0.1});
+  ASSERT_TRUE(p.Add(0, Sample(0, 0.10, 100), false).ok());
+  ASSERT_TRUE(p.Add(0, Sample(0, 0.20, 201), false).ok());
+  PipelineShape shape;
+  shape.stages.resize(1);
+  shape.boundaries = {0, 1};
+  absl::StatusOr<PipelineModel> m = p.Model(shape);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_DOUBLE_EQ(m->layers[0].fwd_s, 0.15);
+  EXPECT_DOUBLE_EQ(m->layers[0].bwd_s, 0.30);
+  EXPECT_EQ(m->layers[0].resident_bytes, 151);  // llround(150.5)
+  EXPECT_EQ(m->layers[0].params, 7);
+}
+
+TEST(CostProfileTest, AModelChangeReplacesTheEstimate) {
+  CostProfile p(1, 1, CostProfileOptions{/*smoothing=*/0.5, 0.1});
+  ASSERT_TRUE(p.Add(0, Sample(0, 0.10), false).ok());
+  ASSERT_TRUE(p.Add(0, Sample(0, 0.40), /*model_changed=*/true).ok());
+  PipelineShape shape;
+  shape.stages.resize(1);
+  shape.boundaries = {0, 1};
+  EXPECT_DOUBLE_EQ(p.Model(shape)->layers[0].fwd_s, 0.40);
+}
+
+TEST(CostProfileTest, ReplicasCombineByTheSlowest) {
+  CostProfile p = Complete(0.01);
+  ASSERT_TRUE(p.Add(1, Sample(2, 0.05), /*model_changed=*/true).ok());
+  absl::StatusOr<PipelineModel> m = p.Model(TwoStages());
+  ASSERT_TRUE(m.ok());
+  EXPECT_DOUBLE_EQ(m->layers[2].fwd_s, 0.05);
+  EXPECT_DOUBLE_EQ(m->layers[1].fwd_s, 0.01);
+}
+
+TEST(CostProfileTest, StagesHoldTheInflightMicrobatchesOfTheSchedule) {
+  CostProfile p = Complete();
+  PipelineShape shape = TwoStages();
+  EXPECT_EQ(p.Model(shape)->stages[0].inflight_microbatches, 2);  // min(8, 2)
+  shape.schedule = Schedule::kGPipe;
+  EXPECT_EQ(p.Model(shape)->stages[1].inflight_microbatches, 8);
+}
+
+TEST(CostProfileTest, UnexplainedMeasuredMemoryComesOffTheCap) {
+  CostProfile p = Complete();
+  PipelineShape shape = TwoStages();
+  // Stage 0 predicted: 2 layers x (100 resident + 2 in flight x 10) = 240.
+  shape.stages[0] = StageMemoryReport{/*capacity=*/1000, /*used=*/540};
+  shape.stages[1] = StageMemoryReport{/*capacity=*/-1, /*used=*/5000};
+  absl::StatusOr<PipelineModel> m = p.Model(shape);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->stages[0].capacity_bytes, 700);  // 1000 - (540 - 240)
+  EXPECT_EQ(m->stages[1].capacity_bytes, -1);   // unknown stays unbounded
+  // Boundaries that do not fit the stages leave the caps as reported.
+  shape.boundaries = {0, 4};
+  EXPECT_EQ(p.Model(shape)->stages[0].capacity_bytes, 1000);
+}
+
+TEST(CostProfileTest, LayerNoiseIsTheNoisiestReplicas) {
+  CostProfile p = Complete(0.01);
+  EXPECT_EQ(p.LayerNoise(), std::vector<double>(4, 0.0));
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(p.Add(1, Sample(3, i % 2 == 0 ? 0.01 : 0.02), false).ok());
+  }
+  const std::vector<double> sd = p.LayerNoise();
+  EXPECT_EQ(sd[0], 0.0);
+  EXPECT_GT(sd[3], 0.0);
+}
+
+TEST(CostProfileTest, OutOfRangeSamplesAreRefusedAndChangeNothing) {
+  CostProfile p(2, 4, CostProfileOptions{});
+  EXPECT_EQ(p.Add(2, Sample(0, 0.01), false).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(p.Add(-1, Sample(0, 0.01), false).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(p.Add(0, Sample(4, 0.01), false).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(p.missing(), 8);
+}
+
+}  // namespace
+}  // namespace dynmo::core
