@@ -7,6 +7,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "coordinator/core/boundaries.h"
+#include "coordinator/core/cost_model.h"
 #include "coordinator/core/pipeline_sim.h"
 
 namespace dynmo::service {
@@ -16,7 +17,10 @@ absl::Status Invalid(absl::string_view what) {
   return absl::InvalidArgumentError(what);
 }
 
-bool FiniteNonNegative(double v) { return std::isfinite(v) && v >= 0; }
+using core::FiniteNonNegative;
+
+bool Seconds(double v) { return FiniteNonNegative(v) && v <= kMaxLayerSeconds; }
+bool Bytes(int64_t v) { return v >= 0 && v <= kMaxBytes; }
 
 }  // namespace
 
@@ -65,8 +69,16 @@ absl::Status ValidateRegister(const dynmo::v1::RegisterRequest& r) {
                                 " must be in [pipeline_size, ", kMaxLayers,
                                 "]"));
   }
-  if (r.memory_capacity_bytes() < 0) {
-    return Invalid("memory_capacity_bytes is negative");
+  if (static_cast<int64_t>(r.data_parallel_size()) * r.num_layers() > kMaxReplicaLayers) {
+    return Invalid(absl::StrCat("data_parallel_size x num_layers = ",
+                                static_cast<int64_t>(r.data_parallel_size()) * r.num_layers(),
+                                " exceeds the limit of ", kMaxReplicaLayers));
+  }
+  if (!Bytes(r.memory_capacity_bytes())) {
+    return Invalid(absl::StrCat("memory_capacity_bytes must be in [0, ", kMaxBytes, "]"));
+  }
+  if (r.applied_epoch() > kMaxEpoch || r.pending_epoch() > kMaxEpoch) {
+    return Invalid(absl::StrCat("applied_epoch and pending_epoch must be <= ", kMaxEpoch));
   }
   if (r.host().size() > 256 || r.model_fingerprint().size() > 256) {
     return Invalid("host and model_fingerprint are limited to 256 bytes");
@@ -104,7 +116,12 @@ absl::Status ValidateRegister(const dynmo::v1::RegisterRequest& r) {
 
 absl::Status ValidateReport(const dynmo::v1::IterationReport& report,
                             int num_layers) {
-  if (report.iteration() < 0) return Invalid("iteration is negative");
+  if (report.iteration() < 0 || report.iteration() > kMaxIteration) {
+    return Invalid(absl::StrCat("iteration must be in [0, ", kMaxIteration, "]"));
+  }
+  if (report.applied_epoch() > kMaxEpoch) {
+    return Invalid(absl::StrCat("applied_epoch must be <= ", kMaxEpoch));
+  }
   if (report.layers_size() > num_layers) {
     return Invalid(absl::StrCat("report carries ", report.layers_size(),
                                 " layers but the job has ", num_layers));
@@ -119,22 +136,23 @@ absl::Status ValidateReport(const dynmo::v1::IterationReport& report,
       return Invalid(absl::StrCat("layer ", l.layer(), " reported twice"));
     }
     seen[static_cast<size_t>(l.layer())] = true;
-    if (!FiniteNonNegative(l.fwd_s()) || !FiniteNonNegative(l.bwd_s()) ||
-        !FiniteNonNegative(l.wgrad_s())) {
+    if (!Seconds(l.fwd_s()) || !Seconds(l.bwd_s()) || !Seconds(l.wgrad_s())) {
+      return Invalid(absl::StrCat("layer ", l.layer(), ": times must be finite, >= 0 and <= ",
+                                  kMaxLayerSeconds, " s"));
+    }
+    if (!Bytes(l.params()) || !Bytes(l.resident_bytes()) || !Bytes(l.activation_bytes())) {
       return Invalid(absl::StrCat("layer ", l.layer(),
-                                  ": times must be finite and >= 0"));
-    }
-    if (l.params() < 0 || l.resident_bytes() < 0 || l.activation_bytes() < 0) {
-      return Invalid(
-          absl::StrCat("layer ", l.layer(), ": byte counts must be >= 0"));
+                                  ": parameters and byte counts must be in [0, ", kMaxBytes,
+                                  "]"));
     }
   }
-  if (report.stage_memory_used_bytes() < 0 ||
-      report.stage_memory_capacity_bytes() < 0) {
-    return Invalid("stage memory must be >= 0");
+  if (!Bytes(report.stage_memory_used_bytes()) ||
+      !Bytes(report.stage_memory_capacity_bytes())) {
+    return Invalid(absl::StrCat("stage memory must be in [0, ", kMaxBytes, "]"));
   }
-  if (!FiniteNonNegative(report.neighbour_wait_s())) {
-    return Invalid("neighbour_wait_s must be finite and >= 0");
+  if (!Seconds(report.neighbour_wait_s())) {
+    return Invalid(absl::StrCat("neighbour_wait_s must be finite, >= 0 and <= ",
+                                kMaxLayerSeconds));
   }
   return absl::OkStatus();
 }

@@ -6,6 +6,8 @@
 #ifndef DYNMO_COORDINATOR_SERVICE_VALIDATION_H_
 #define DYNMO_COORDINATOR_SERVICE_VALIDATION_H_
 
+#include <cstdint>
+
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "dynmo/v1/agent.pb.h"
@@ -17,6 +19,17 @@ namespace dynmo::service {
 inline constexpr int kMaxJobNameChars = 128;
 inline constexpr int kMaxRanksPerJob = 1 << 16;
 inline constexpr int kMaxLayers = 1 << 16;
+// The coordinator keeps one cost per (data-parallel replica, layer): a job
+// asks for at most this many (a 60-byte Register of dp = layers = 65536
+// would otherwise allocate ~240 GB).
+inline constexpr int64_t kMaxReplicaLayers = int64_t{1} << 20;
+// Sanity bounds on what a rank reports: an iteration count, seconds per
+// micro-batch for one layer, bytes or parameters of one layer or stage.
+// Larger values are garbage (or hostile) and would overflow sums.
+inline constexpr int64_t kMaxIteration = int64_t{1} << 53;
+inline constexpr double kMaxLayerSeconds = 86400;
+inline constexpr int64_t kMaxBytes = int64_t{1} << 50;  // 1 PiB
+inline constexpr uint64_t kMaxEpoch = uint64_t{1} << 53;
 
 // A job name: 1..128 chars of [A-Za-z0-9._-].
 absl::Status ValidateJobName(absl::string_view name);

@@ -158,6 +158,19 @@ TEST_F(GrpcApiTest, MalformedRegistrationsAreInvalidAndCreateNothing) {
   r.set_pipeline_size(100000);
   r.set_data_parallel_size(100000);
   EXPECT_EQ(Register(r).error_code(), grpc::INVALID_ARGUMENT);
+  // 60 bytes asking for a 65536 x 65536 cost table.
+  r = Reg(0);
+  r.set_pipeline_size(1);
+  r.set_data_parallel_size(65536);
+  r.set_num_layers(65536);
+  EXPECT_EQ(Register(r).error_code(), grpc::INVALID_ARGUMENT);
+  // An epoch that would wrap the next one to 0.
+  r = Reg(0);
+  r.set_applied_epoch(~uint64_t{0});
+  EXPECT_EQ(Register(r).error_code(), grpc::INVALID_ARGUMENT);
+  r = Reg(0);
+  r.set_memory_capacity_bytes(int64_t{1} << 62);
+  EXPECT_EQ(Register(r).error_code(), grpc::INVALID_ARGUMENT);
   EXPECT_TRUE(server_->coordinator().jobs().All().empty());
 }
 

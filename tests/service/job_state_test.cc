@@ -294,6 +294,16 @@ TEST_F(JobStateTest, MalformedReportsAreRejectedAndChangeNothing) {
   auto future = Report(0, 1, /*epoch=*/9);
   EXPECT_EQ(job_->OnReport(0, future).code(),
             absl::StatusCode::kFailedPrecondition);
+  // Finite but absurd: they would show as +Inf in sums, overflow byte
+  // totals, or push the next plan's apply iteration past INT64_MAX.
+  auto huge_time = Report(0, 1);
+  huge_time.mutable_layers(0)->set_fwd_s(1e308);
+  EXPECT_EQ(job_->OnReport(0, huge_time).code(), absl::StatusCode::kInvalidArgument);
+  auto huge_bytes = Report(0, 1);
+  huge_bytes.mutable_layers(0)->set_resident_bytes(int64_t{1} << 62);
+  EXPECT_EQ(job_->OnReport(0, huge_bytes).code(), absl::StatusCode::kInvalidArgument);
+  auto last_iteration = Report(0, std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(job_->OnReport(0, last_iteration).code(), absl::StatusCode::kInvalidArgument);
   const auto after = job_->Summary();
   EXPECT_EQ(after.reports(), before.reports());
   EXPECT_EQ(after.last_iteration(), before.last_iteration());
