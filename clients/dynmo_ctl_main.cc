@@ -27,6 +27,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "agent/channel.h"
+#include "cli/program_info.h"
 #include "dynmo/v1/operator.grpc.pb.h"
 #include "dynmo/v1/scheduler.grpc.pb.h"
 #include "google/protobuf/util/json_util.h"
@@ -193,6 +194,10 @@ int main(int argc, char** argv) {
       "return ID... --holder WHO | rebalance NAME | "
       "policy NAME [--balancer B] [--trigger T] [--repack] "
       "[--repack_tolerance X]}");
+  if (dynmo::cli::HandleHelpOrVersion(argc, argv, "dynmo-ctl",
+                                       absl::ProgramUsageMessage())) {
+    return 0;
+  }
   std::vector<char*> pos = absl::ParseCommandLine(argc, argv);
   if (pos.size() < 2) return Usage("missing command");
   const std::string cmd = pos[1];

@@ -37,6 +37,7 @@
 #include "agent/agent.h"
 #include "agent/channel.h"
 #include "agent/host_agent.h"
+#include "cli/program_info.h"
 #include "coordinator/core/measures.h"
 #include "coordinator/core/partition.h"
 #include "coordinator/core/scenario.h"
@@ -138,6 +139,10 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "dynmo-loadgen --coordinator ADDR --job NAME --agents N --iterations K "
       "(--scenario NAME | --trace FILE) [--dp R] [--iteration_ms MS]");
+  if (dynmo::cli::HandleHelpOrVersion(argc, argv, "dynmo-loadgen",
+                                       absl::ProgramUsageMessage())) {
+    return 0;
+  }
   absl::ParseCommandLine(argc, argv);
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   const int agents = absl::GetFlag(FLAGS_agents);

@@ -27,6 +27,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "cli/program_info.h"
 #include "coordinator/service/embedded_coordinator.h"
 #include "launcher/orphan_guard.h"
 #include "launcher/rank_env.h"
@@ -201,6 +202,12 @@ int main(int argc, char** argv) {
   signal(SIGTERM, SIG_DFL);
   signal(SIGPIPE, SIG_IGN);  // a closed stdout must not kill the supervisor
 
+  for (int i = 1; i < argc && absl::string_view(argv[i]) != "--"; ++i) {
+    if (absl::string_view(argv[i]) == "--version") {
+      std::printf("%s\n", dynmo::cli::VersionLine("dynmo-launch").c_str());
+      return 0;
+    }
+  }
   absl::StatusOr<LaunchCommand> cmd = ParseLaunchCommand(argc, argv);
   if (!cmd.ok()) return Usage(cmd.status().message());
   if (cmd->help) {

@@ -17,27 +17,32 @@ import sys
 # Folder -> the repository folders its files may include (its own included).
 # "dynmo/v1" is the generated protobuf/gRPC code of proto/.
 ALLOWED = {
+    "cli": {"cli"},
     "coordinator/core": {"coordinator/core"},
     "coordinator/formats": {"coordinator/core", "coordinator/formats"},
-    "coordinator/tools": {"coordinator/core", "coordinator/formats", "coordinator/tools"},
+    "coordinator/tools": {"coordinator/core", "coordinator/formats", "coordinator/tools",
+                          "cli"},
     "coordinator/service": {"coordinator/core", "coordinator/formats",
-                            "coordinator/service", "dynmo/v1"},
+                            "coordinator/service", "dynmo/v1", "cli"},
     "agent": {"agent", "coordinator/core", "dynmo/v1"},
-    "clients": {"clients", "agent", "coordinator/core", "coordinator/formats", "dynmo/v1"},
-    "launcher": {"launcher", "agent", "coordinator/service", "coordinator/core", "dynmo/v1"},
+    "clients": {"clients", "agent", "coordinator/core", "coordinator/formats", "dynmo/v1",
+                "cli"},
+    "launcher": {"launcher", "agent", "coordinator/service", "coordinator/core", "dynmo/v1",
+                 "cli"},
     "kernels": {"kernels"},
     "trainer": {"trainer", "agent", "coordinator/core", "coordinator/formats",
-                "kernels", "dynmo/v1"},
+                "kernels", "dynmo/v1", "cli"},
 }
 # Folders whose own code may include any of ours (they test or measure it).
 ANYTHING = {"tests", "bench", "examples"}
-OURS = ["coordinator/core", "coordinator/formats", "coordinator/tools",
+OURS = ["cli", "coordinator/core", "coordinator/formats", "coordinator/tools",
         "coordinator/service", "agent", "clients", "launcher", "kernels",
         "trainer", "dynmo/v1", "tests", "bench"]
 TORCH = ("torch/", "ATen/", "c10/", "caffe2/")
 TORCH_ALLOWED = {"trainer"} | ANYTHING
 # External libraries the pure layers must not see.
 NO_IO = {
+    "cli": ("grpc", "grpcpp/", "google/protobuf/", "nlohmann/"),
     "coordinator/core": ("grpc", "grpcpp/", "google/protobuf/", "nlohmann/", "prometheus/"),
     "coordinator/formats": ("grpc", "grpcpp/", "google/protobuf/", "prometheus/"),
     "kernels": ("grpc", "grpcpp/", "google/protobuf/", "nlohmann/"),

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "cli/program_info.h"
 #include "trainer/config.h"
 #include "trainer/dist_env.h"
 #include "trainer/repack_layout.h"
@@ -295,6 +296,10 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "dynmo-train [--flags]: one rank of a pipeline-parallel GPT job "
       "(RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT from the launcher)");
+  if (dynmo::cli::HandleHelpOrVersion(argc, argv, "dynmo-train",
+                                       absl::ProgramUsageMessage())) {
+    return 0;
+  }
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   if (positional.size() > 1) {
     return Fail(absl::InvalidArgumentError(

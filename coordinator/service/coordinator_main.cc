@@ -17,6 +17,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "cli/program_info.h"
 #include "coordinator/core/partition.h"
 #include "coordinator/service/policy.h"
 #include "coordinator/service/server.h"
@@ -104,6 +105,10 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "dynmo-coordinator --listen ADDR [--metrics_listen ADDR] "
       "[--state_dir DIR] [--trigger every:N|on-event|auto|manual] ...");
+  if (dynmo::cli::HandleHelpOrVersion(argc, argv, "dynmo-coordinator",
+                                       absl::ProgramUsageMessage())) {
+    return 0;
+  }
   absl::ParseCommandLine(argc, argv);
   // absl's deadlock detector (on in this distribution's absl build) records
   // every Mutex acquisition in a global graph under a global lock: ~5% of

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "cli/program_info.h"
 #include "coordinator/core/measures.h"
 #include "coordinator/core/migration.h"
 #include "coordinator/core/partition.h"
@@ -158,4 +159,13 @@ int Run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return Run(argc, argv); }
+constexpr char kPlanUsage[] =
+    "usage: dynmo-plan --method {uniform,parameters,time,optimal,diffusion}\n"
+    "                  [--rounds N] [--repack [--tolerance X]\n"
+    "                  [--repack-method {optimal,first-fit} --target-stages K]] [FILE]\n"
+    "reads a JSON problem from FILE or stdin, prints the decision as JSON";
+
+int main(int argc, char** argv) {
+  if (dynmo::cli::HandleHelpOrVersion(argc, argv, "dynmo-plan", kPlanUsage)) return 0;
+  return Run(argc, argv);
+}

@@ -34,6 +34,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "cli/program_info.h"
 #include "coordinator/core/partition.h"
 #include "coordinator/core/pipeline_sim.h"
 #include "coordinator/core/rebalance_trigger.h"
@@ -355,6 +356,7 @@ int RunReplay(const CliArgs& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (dynmo::cli::HandleHelpOrVersion(argc, argv, "dynmo-sim", kUsage)) return 0;
   const std::set<std::string> value_flags = {
       "schedule",  "microbatches", "stages",  "fwd",        "bwd",
       "wgrad",     "stage-times",  "comm",    "svg",        "trace",
