@@ -9,12 +9,6 @@ namespace dynmo::core {
 
 bool FiniteNonNegative(double v) { return std::isfinite(v) && v >= 0; }
 
-namespace {
-
-bool BadTime(double t) { return !FiniteNonNegative(t); }
-
-}  // namespace
-
 absl::Status ValidateModel(const PipelineModel& model) {
   if (model.stages.empty()) {
     return absl::InvalidArgumentError("the pipeline has no stages");
@@ -29,7 +23,8 @@ absl::Status ValidateModel(const PipelineModel& model) {
           absl::StrCat("layer at position ", i, " has id ", l.id,
                        "; ids must be 0..n-1 in pipeline order"));
     }
-    if (BadTime(l.fwd_s) || BadTime(l.bwd_s) || BadTime(l.wgrad_s)) {
+    if (!FiniteNonNegative(l.fwd_s) || !FiniteNonNegative(l.bwd_s) ||
+        !FiniteNonNegative(l.wgrad_s)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "layer ", i, " has a negative or non-finite time (fwd=", l.fwd_s,
           " bwd=", l.bwd_s, " wgrad=", l.wgrad_s, ")"));
@@ -51,8 +46,7 @@ absl::Status ValidateModel(const PipelineModel& model) {
     }
   }
   const LinkSpec& link = model.link;
-  if (link.boundary_bytes < 0 || !std::isfinite(link.bandwidth_bytes_per_s) ||
-      link.bandwidth_bytes_per_s < 0) {
+  if (link.boundary_bytes < 0 || !FiniteNonNegative(link.bandwidth_bytes_per_s)) {
     return absl::InvalidArgumentError(
         "the link needs non-negative boundary bytes and bandwidth");
   }

@@ -8,12 +8,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/core/cost_model.h"
 #include "coordinator/core/stage_program.h"
 
 namespace dynmo::core {
 namespace {
 
-bool BadTime(double t) { return !std::isfinite(t) || t < 0; }
 
 absl::Status ValidateConfig(const SimConfig& config) {
   if (config.stages.empty()) {
@@ -26,13 +26,14 @@ absl::Status ValidateConfig(const SimConfig& config) {
   }
   for (size_t s = 0; s < config.stages.size(); ++s) {
     const StagePassTimes& t = config.stages[s];
-    if (BadTime(t.fwd_s) || BadTime(t.bwd_s) || BadTime(t.wgrad_s)) {
+    if (!FiniteNonNegative(t.fwd_s) || !FiniteNonNegative(t.bwd_s) ||
+        !FiniteNonNegative(t.wgrad_s)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "stage ", s, " has pass times fwd=", t.fwd_s, " bwd=", t.bwd_s,
           " wgrad=", t.wgrad_s, "; each must be finite and >= 0 seconds"));
     }
   }
-  if (BadTime(config.transfer_s)) {
+  if (!FiniteNonNegative(config.transfer_s)) {
     return absl::InvalidArgumentError(
         absl::StrCat("transfer_s is ", config.transfer_s,
                      "; it must be finite and >= 0 seconds"));

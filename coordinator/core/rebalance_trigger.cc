@@ -6,6 +6,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "coordinator/core/cost_model.h"
 
 namespace dynmo::core {
 
@@ -71,7 +72,7 @@ absl::Status ValidateTrigger(const RebalanceTrigger& trigger) {
         absl::StrCat("trigger every:N needs N >= 1, got ", trigger.every));
   }
   if (trigger.kind == RebalanceTrigger::Kind::kOnChange &&
-      !(std::isfinite(trigger.threshold) && trigger.threshold >= 0)) {
+      !FiniteNonNegative(trigger.threshold)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "trigger on-change needs a threshold >= 0, got ", trigger.threshold));
   }

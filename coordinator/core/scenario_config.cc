@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/core/cost_model.h"
 
 namespace dynmo::core {
 namespace {
@@ -20,7 +21,6 @@ constexpr NamedScenario kScenarios[] = {
     {Scenario::kMoD, "mod"},
 };
 
-bool BadTime(double t) { return !std::isfinite(t) || t < 0; }
 
 }  // namespace
 
@@ -49,7 +49,8 @@ absl::Status ValidateScenarioConfig(const ScenarioConfig& c) {
     return absl::InvalidArgumentError(
         absl::StrCat("scenario iterations must be >= 1, got ", c.iterations));
   }
-  if (BadTime(c.fwd_s) || BadTime(c.bwd_s) || BadTime(c.wgrad_s)) {
+  if (!FiniteNonNegative(c.fwd_s) || !FiniteNonNegative(c.bwd_s) ||
+      !FiniteNonNegative(c.wgrad_s)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "scenario base times must be finite and >= 0 (fwd=", c.fwd_s,
         " bwd=", c.bwd_s, " wgrad=", c.wgrad_s, ")"));

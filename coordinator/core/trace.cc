@@ -3,13 +3,9 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/core/cost_model.h"
 
 namespace dynmo::core {
-namespace {
-
-bool BadTime(double t) { return !std::isfinite(t) || t < 0; }
-
-}  // namespace
 
 absl::Status ValidateTraceRecord(const TraceRecord& record,
                                  const TraceRecord* previous) {
@@ -32,7 +28,8 @@ absl::Status ValidateTraceRecord(const TraceRecord& record,
   }
   for (size_t i = 0; i < record.layers.size(); ++i) {
     const TraceLayer& l = record.layers[i];
-    if (BadTime(l.fwd_s) || BadTime(l.bwd_s) || BadTime(l.wgrad_s)) {
+    if (!FiniteNonNegative(l.fwd_s) || !FiniteNonNegative(l.bwd_s) ||
+        !FiniteNonNegative(l.wgrad_s)) {
       return absl::InvalidArgumentError(
           absl::StrCat("iter ", record.iter, " layer ", i,
                        " has a negative or non-finite time (fwd=", l.fwd_s,

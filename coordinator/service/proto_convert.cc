@@ -47,7 +47,7 @@ absl::StatusOr<Policy> PolicyFromProto(const dynmo::v1::Policy& proto,
     if (!t.ok()) return t.status();
     p.trigger = *t;
   }
-  if (!std::isfinite(proto.repack_tolerance()) || proto.repack_tolerance() < 0 ||
+  if (!core::FiniteNonNegative(proto.repack_tolerance()) ||
       proto.repack_tolerance() > 10) {
     return absl::InvalidArgumentError(
         "repack_tolerance must be finite and in [0, 10]");
