@@ -321,14 +321,10 @@ Agent::~Agent() { Stop(); }
 
 absl::StatusOr<std::unique_ptr<Agent>> Agent::Start(const AgentConfig& config) {
   if (absl::Status s = ValidateConfig(config); !s.ok()) return s;
-  std::shared_ptr<grpc::Channel> channel = config.shared_channel;
-  if (channel == nullptr) {
-    absl::StatusOr<std::shared_ptr<grpc::Channel>> c =
-        MakeChannel(config.coordinator, config.channel);
-    if (!c.ok()) return c.status();
-    channel = *c;
-  }
-  auto impl = std::make_unique<Impl>(config, std::move(channel));
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      SharedOrNewChannel(config.shared_channel, config.coordinator, config.channel);
+  if (!channel.ok()) return channel.status();
+  auto impl = std::make_unique<Impl>(config, *std::move(channel));
   impl->StartThread();
   return std::unique_ptr<Agent>(new Agent(std::move(impl)));
 }

@@ -64,6 +64,13 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(
   return grpc::CreateCustomChannel(address, creds, args);
 }
 
+absl::StatusOr<std::shared_ptr<grpc::Channel>> SharedOrNewChannel(
+    std::shared_ptr<grpc::Channel> shared, const std::string& address,
+    const ChannelOptions& options) {
+  if (shared != nullptr) return shared;
+  return MakeChannel(address, options);
+}
+
 absl::StatusOr<std::string> ReadToken(const std::string& path) {
   absl::StatusOr<std::string> s = ReadFile(path, "token file");
   if (!s.ok()) return s.status();

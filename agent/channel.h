@@ -26,6 +26,12 @@ struct ChannelOptions {
 absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(
     const std::string& address, const ChannelOptions& options);
 
+// `shared` when set (a channel the caller already holds), else a new one to
+// `address` (MakeChannel).
+absl::StatusOr<std::shared_ptr<grpc::Channel>> SharedOrNewChannel(
+    std::shared_ptr<grpc::Channel> shared, const std::string& address,
+    const ChannelOptions& options);
+
 // Reads a token file (whitespace trimmed).
 absl::StatusOr<std::string> ReadToken(const std::string& path);
 

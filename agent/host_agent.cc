@@ -410,14 +410,10 @@ HostAgent::~HostAgent() { Stop(); }
 absl::StatusOr<std::unique_ptr<HostAgent>> HostAgent::Start(
     const HostAgentConfig& config) {
   if (absl::Status s = ValidateHostConfig(config); !s.ok()) return s;
-  std::shared_ptr<grpc::Channel> channel = config.shared_channel;
-  if (channel == nullptr) {
-    absl::StatusOr<std::shared_ptr<grpc::Channel>> c =
-        MakeChannel(config.coordinator, config.channel);
-    if (!c.ok()) return c.status();
-    channel = *c;
-  }
-  auto core = std::make_unique<internal::HostCore>(config, std::move(channel));
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      SharedOrNewChannel(config.shared_channel, config.coordinator, config.channel);
+  if (!channel.ok()) return channel.status();
+  auto core = std::make_unique<internal::HostCore>(config, *std::move(channel));
   core->StartThread();
   return std::unique_ptr<HostAgent>(new HostAgent(std::move(core)));
 }

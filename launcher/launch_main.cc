@@ -2,10 +2,12 @@
 //
 //   dynmo-launch --nproc N [--coordinator embedded|ADDR|none]
 //                [--master_port P] [--job NAME] [--stop_grace_s S]
-//                -- PROGRAM ARGS...
+//                [--relay=true|false] [--coordinator_token_file F]
+//                [--coordinator_tls_ca F ...] -- PROGRAM ARGS...
 //
 // Starts N ranks of PROGRAM with torchrun's environment and DynMo's, runs
 // the coordinator in-process on a loopback port unless told otherwise,
+// carries the ranks' sessions to it on one stream (the node relay),
 // prefixes every output line with its rank, and stops the whole job when
 // any rank fails. See launcher/README.md for the exit statuses.
 #include <arpa/inet.h>
@@ -29,6 +31,7 @@
 #include "absl/strings/str_split.h"
 #include "cli/program_info.h"
 #include "coordinator/service/embedded_coordinator.h"
+#include "launcher/local_relay.h"
 #include "launcher/orphan_guard.h"
 #include "launcher/rank_env.h"
 #include "launcher/rank_supervisor.h"
@@ -43,6 +46,20 @@ ABSL_FLAG(std::string, job, "",
           "base name)");
 ABSL_FLAG(double, stop_grace_s, 5,
           "seconds between SIGTERM and SIGKILL when stopping the ranks");
+ABSL_FLAG(bool, relay, true,
+          "carry the ranks' coordinator sessions on ONE stream per node: the "
+          "launcher runs a node relay on a Unix-domain socket in a private "
+          "directory and hands its address to the ranks as DYNMO_COORDINATOR "
+          "(false: the ranks dial the coordinator themselves)");
+ABSL_FLAG(std::string, coordinator_token_file, "",
+          "bearer token the relay presents to a secured coordinator");
+ABSL_FLAG(std::string, coordinator_tls_ca, "",
+          "PEM CA: the relay reaches the coordinator over TLS");
+ABSL_FLAG(std::string, coordinator_tls_cert, "",
+          "PEM client certificate of the relay (mutual TLS; with _key)");
+ABSL_FLAG(std::string, coordinator_tls_key, "", "PEM client key of the relay");
+ABSL_FLAG(std::string, coordinator_tls_server_name, "",
+          "name to check in the coordinator's certificate");
 
 namespace {
 
@@ -51,9 +68,14 @@ using namespace dynmo;
 constexpr int kMaxRanks = 1024;
 constexpr char kUsage[] =
     "usage: dynmo-launch --nproc N [--coordinator embedded|ADDR|none] "
-    "[--master_port P] [--job NAME] [--stop_grace_s S] -- PROGRAM ARGS...";
-constexpr const char* kLauncherFlags[] = {"nproc", "coordinator", "master_port",
-                                          "job", "stop_grace_s"};
+    "[--master_port P] [--job NAME] [--stop_grace_s S] [--relay=BOOL] "
+    "[--coordinator_token_file F] [--coordinator_tls_ca F] "
+    "[--coordinator_tls_cert F --coordinator_tls_key F] "
+    "[--coordinator_tls_server_name N] -- PROGRAM ARGS...";
+constexpr const char* kLauncherFlags[] = {
+    "nproc", "coordinator", "master_port", "job", "stop_grace_s", "relay",
+    "coordinator_token_file", "coordinator_tls_ca", "coordinator_tls_cert",
+    "coordinator_tls_key", "coordinator_tls_server_name"};
 
 // The launcher's command line: its own flags before "--", the program after.
 struct LaunchCommand {
@@ -97,6 +119,8 @@ absl::StatusOr<LaunchCommand> ParseLaunchCommand(int argc, char** argv) {
     std::string value;
     if (absl::StrContains(body, '=')) {
       value = std::string(kv.second);
+    } else if (flag->IsOfType<bool>()) {
+      value = "true";  // --relay alone
     } else if (i + 1 < argc && absl::string_view(argv[i + 1]) != "--") {
       value = argv[++i];
     } else {
@@ -142,6 +166,19 @@ absl::Status ValidateFlags() {
         "--coordinator must be embedded, none or HOST:PORT, not '",
         coordinator, "'"));
   }
+  if (absl::GetFlag(FLAGS_coordinator_tls_cert).empty() !=
+      absl::GetFlag(FLAGS_coordinator_tls_key).empty()) {
+    return absl::InvalidArgumentError(
+        "--coordinator_tls_cert and --coordinator_tls_key go together");
+  }
+  const bool secured = !absl::GetFlag(FLAGS_coordinator_token_file).empty() ||
+                       !absl::GetFlag(FLAGS_coordinator_tls_ca).empty();
+  if (secured && (!absl::GetFlag(FLAGS_relay) || coordinator == "none")) {
+    return absl::InvalidArgumentError(
+        "--coordinator_token_file and --coordinator_tls_* are the relay's: "
+        "they need --relay and a coordinator (without the relay, give them "
+        "to the ranks)");
+  }
   return absl::OkStatus();
 }
 
@@ -162,6 +199,25 @@ absl::StatusOr<int> FreeLoopbackPort() {
   }
   close(fd);
   return ntohs(addr.sin_port);
+}
+
+// The node relay for this launch, upstream to job.coordinator with the
+// --coordinator_token_file / --coordinator_tls_* flags.
+absl::StatusOr<std::unique_ptr<launcher::LocalRelay>> StartRelay(
+    const launcher::JobEnvironment& job) {
+  agent::NodeRelayConfig c;
+  c.coordinator = job.coordinator;
+  c.job = job.job;
+  c.channel.tls_ca = absl::GetFlag(FLAGS_coordinator_tls_ca);
+  c.channel.tls_cert = absl::GetFlag(FLAGS_coordinator_tls_cert);
+  c.channel.tls_key = absl::GetFlag(FLAGS_coordinator_tls_key);
+  c.channel.tls_server_name = absl::GetFlag(FLAGS_coordinator_tls_server_name);
+  if (const std::string f = absl::GetFlag(FLAGS_coordinator_token_file); !f.empty()) {
+    absl::StatusOr<std::string> token = agent::ReadToken(f);
+    if (!token.ok()) return token.status();
+    c.token = *token;
+  }
+  return launcher::LocalRelay::Start(c);
 }
 
 int Usage(absl::string_view why) {
@@ -251,6 +307,17 @@ int main(int argc, char** argv) {
   } else if (coordinator_flag != "none") {
     job.coordinator = coordinator_flag;
   }
+  std::unique_ptr<launcher::LocalRelay> relay;
+  if (!job.coordinator.empty() && absl::GetFlag(FLAGS_relay)) {
+    absl::StatusOr<std::unique_ptr<launcher::LocalRelay>> started =
+        StartRelay(job);
+    if (!started.ok()) {
+      if (embedded != nullptr) embedded->Shutdown();
+      return Fatal(absl::StrCat("cannot start the node relay: ",
+                                started.status().message()));
+    }
+    relay = *std::move(started);
+  }
   std::fprintf(stderr,
                "dynmo-launch: %d ranks of %s, job %s, coordinator %s, "
                "master 127.0.0.1:%d\n",
@@ -258,9 +325,13 @@ int main(int argc, char** argv) {
                job.coordinator.empty()
                    ? "none"
                    : absl::StrCat(job.coordinator,
-                                  embedded ? " (embedded)" : "")
+                                  embedded ? " (embedded)" : "",
+                                  relay ? absl::StrCat(", ranks through the node relay at ",
+                                                       relay->address())
+                                        : "")
                          .c_str(),
                job.master_port);
+  if (relay != nullptr) job.coordinator = relay->address();
 
   launcher::SupervisorOptions options;
   options.stop_grace = absl::Seconds(absl::GetFlag(FLAGS_stop_grace_s));
@@ -276,6 +347,7 @@ int main(int argc, char** argv) {
     }
   }
   const launcher::LaunchOutcome outcome = supervisor.Run();
+  relay.reset();
   if (embedded != nullptr) embedded->Shutdown();
   (*guard)->Disarm();
   if (!outcome.summary.empty()) {

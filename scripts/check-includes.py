@@ -23,19 +23,20 @@ ALLOWED = {
     "coordinator/tools": {"coordinator/core", "coordinator/formats", "coordinator/tools",
                           "cli"},
     "coordinator/service": {"coordinator/core", "coordinator/formats",
-                            "coordinator/service", "dynmo/v1", "cli"},
-    "agent": {"agent", "coordinator/core", "dynmo/v1"},
+                            "coordinator/service", "dynmo/v1", "cli", "rpc"},
+    "agent": {"agent", "coordinator/core", "dynmo/v1", "rpc"},
+    "rpc": {"rpc"},
     "clients": {"clients", "agent", "coordinator/core", "coordinator/formats", "dynmo/v1",
-                "cli"},
+                "cli", "rpc"},
     "launcher": {"launcher", "agent", "coordinator/service", "coordinator/core", "dynmo/v1",
-                 "cli"},
+                 "cli", "rpc"},
     "kernels": {"kernels"},
     "trainer": {"trainer", "agent", "coordinator/core", "coordinator/formats",
                 "kernels", "dynmo/v1", "cli"},
 }
 # Folders whose own code may include any of ours (they test or measure it).
 ANYTHING = {"tests", "bench", "examples"}
-OURS = ["cli", "coordinator/core", "coordinator/formats", "coordinator/tools",
+OURS = ["cli", "rpc", "coordinator/core", "coordinator/formats", "coordinator/tools",
         "coordinator/service", "agent", "clients", "launcher", "kernels",
         "trainer", "dynmo/v1", "tests", "bench"]
 TORCH = ("torch/", "ATen/", "c10/", "caffe2/")

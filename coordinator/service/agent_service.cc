@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "coordinator/service/host_session.h"
 #include "coordinator/service/session_sink.h"
-#include "coordinator/service/stream_outbox.h"
+#include "rpc/stream_outbox.h"
 #include "coordinator/service/validation.h"
 
 namespace dynmo::service {
@@ -35,7 +35,7 @@ class Outbox final : public SessionSink {
   void Detach() { stream_.Detach(); }
 
  private:
-  StreamOutbox<AgentMessage, CoordinatorMessage> stream_;
+  rpc::StreamOutbox<AgentMessage, CoordinatorMessage> stream_;
 };
 
 class SessionReactor final

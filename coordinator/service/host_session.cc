@@ -7,7 +7,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "coordinator/service/session_sink.h"
-#include "coordinator/service/stream_outbox.h"
+#include "rpc/stream_outbox.h"
 #include "coordinator/service/validation.h"
 
 namespace dynmo::service {
@@ -42,12 +42,12 @@ class HostOutbox final : public SessionSink {
 
   const std::string& host() const override { return host_; }
 
-  StreamOutbox<HostMessage, HostCoordinatorMessage>& stream() {
+  rpc::StreamOutbox<HostMessage, HostCoordinatorMessage>& stream() {
     return stream_;
   }
 
  private:
-  StreamOutbox<HostMessage, HostCoordinatorMessage> stream_;
+  rpc::StreamOutbox<HostMessage, HostCoordinatorMessage> stream_;
   const std::string host_;
   const std::vector<int> ranks_;
 };

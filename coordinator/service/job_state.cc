@@ -75,30 +75,6 @@ JobState::JobState(const dynmo::v1::JobRecord& record,
   if (aborted && metrics_ != nullptr) metrics_->PlanAborted();
 }
 
-void JobState::SendToParticipants(const CoordinatorMessage& m) {
-  auto shared = std::make_shared<const CoordinatorMessage>(m);
-  for (SessionRanks& s : roster_.ParticipantSessions(layout_.active_stages)) {
-    outbox_.Queue(std::move(s.sink), std::move(s.ranks), shared);
-  }
-}
-
-void JobState::ResendInFlight(const std::shared_ptr<SessionSink>& sink,
-                              absl::Span<const int> ranks) {
-  if (sink == nullptr || ranks.empty()) return;
-  const PlanProtocol::Missed missed = protocol_.MissedMessages();
-  std::vector<int> to;
-  for (int rank : ranks) {
-    if (!missed.active_ranks_only ||
-        RankRoster::IsActiveStage(layout_.active_stages, roster_.at(rank).pipeline_rank)) {
-      to.push_back(rank);
-    }
-  }
-  if (to.empty()) return;
-  for (const CoordinatorMessage& m : missed.messages) {
-    outbox_.Queue(sink, to, std::make_shared<const CoordinatorMessage>(m));
-  }
-}
-
 absl::Status JobState::Register(const dynmo::v1::RegisterRequest& request,
                                 dynmo::v1::RegisterResponse* response) {
   google::protobuf::RepeatedPtrField<dynmo::v1::RegisterRequest> one;
@@ -188,54 +164,58 @@ void JobState::DetachHost(absl::Span<const int> ranks, const SessionSink* sink) 
 
 absl::Status JobState::OnReport(int rank,
                                 const dynmo::v1::IterationReport& report) {
-  FlushOnExit flush(this);
-  absl::MutexLock lock(&mu_);
-  if (absl::Status s = CheckReportLocked(report); !s.ok()) return s;
-  ApplyReportLocked(rank, report);
-  return absl::OkStatus();
+  const Upstream one[] = {{rank, &report, nullptr}};
+  return OnUpstream(one);
 }
 
 absl::Status JobState::OnAck(int rank, const dynmo::v1::PlanAck& ack) {
-  FlushOnExit flush(this);
-  absl::MutexLock lock(&mu_);
-  if (absl::Status s = CheckAckLocked(rank, ack); !s.ok()) return s;
-  ApplyAckLocked(rank, ack);
-  return absl::OkStatus();
+  const Upstream one[] = {{rank, nullptr, &ack}};
+  return OnUpstream(one);
 }
 
 absl::Status JobState::OnHostBatch(const dynmo::v1::HostBatch& batch) {
+  std::vector<Upstream> messages;
+  messages.reserve(static_cast<size_t>(batch.messages_size()));
+  for (const auto& m : batch.messages()) {
+    messages.push_back({m.rank(), m.has_report() ? &m.report() : nullptr,
+                        m.has_ack() ? &m.ack() : nullptr});
+  }
+  return OnUpstream(messages);
+}
+
+absl::Status JobState::OnUpstream(absl::Span<const Upstream> messages) {
   FlushOnExit flush(this);
   absl::MutexLock lock(&mu_);
-  for (const auto& m : batch.messages()) {
-    absl::Status s;
-    if (!roster_.Contains(m.rank())) {
-      s = absl::NotFoundError(absl::StrCat("job ", name_, " has no rank ", m.rank()));
-    } else if (m.has_report()) {
-      s = CheckReportLocked(m.report());
-    } else if (m.has_ack()) {
-      s = CheckAckLocked(m.rank(), m.ack());
-    } else {
-      s = absl::InvalidArgumentError(absl::StrCat(
-          "empty RankMessage for rank ", m.rank(), " in a HostBatch"));
-    }
-    if (!s.ok()) return s;
+  for (const Upstream& m : messages) {
+    if (absl::Status s = CheckLocked(m); !s.ok()) return s;
   }
-  for (const auto& m : batch.messages()) {
-    if (m.has_report()) {
-      ApplyReportLocked(m.rank(), m.report());
+  for (const Upstream& m : messages) {
+    if (m.report != nullptr) {
+      ApplyReportLocked(m.rank, *m.report);
     } else {
-      ApplyAckLocked(m.rank(), m.ack());
+      ApplyAckLocked(m.rank, *m.ack);
     }
   }
   return absl::OkStatus();
 }
 
-absl::Status JobState::CheckReportLocked(
-    const dynmo::v1::IterationReport& report) const {
-  if (absl::Status s = ValidateReport(report, roster_.shape().num_layers); !s.ok()) {
-    return s;
+absl::Status JobState::CheckLocked(const Upstream& m) const {
+  if (!roster_.Contains(m.rank)) {
+    return absl::NotFoundError(absl::StrCat("job ", name_, " has no rank ", m.rank));
   }
-  return protocol_.CheckReportEpoch(report.applied_epoch());
+  if (m.report != nullptr) {
+    if (absl::Status s = ValidateReport(*m.report, roster_.shape().num_layers);
+        !s.ok()) {
+      return s;
+    }
+    return protocol_.CheckReportEpoch(m.report->applied_epoch());
+  }
+  if (m.ack != nullptr) {
+    if (absl::Status s = ValidateAck(*m.ack); !s.ok()) return s;
+    return protocol_.CheckAck(m.rank, *m.ack);
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("empty message for rank ", m.rank, " (neither report nor ack)"));
 }
 
 void JobState::ApplyReportLocked(int rank,
@@ -245,7 +225,7 @@ void JobState::ApplyReportLocked(int rank,
   const bool active = RankRoster::IsActiveStage(layout_.active_stages, r.pipeline_rank);
   for (const auto& l : report.layers()) {
     if (!active) break;
-    // CheckReportLocked validated the layers against the job's.
+    // CheckLocked validated the layers against the job's.
     profile_.Add(r.data_parallel_rank, LayerCostFromSample(l), report.model_changed())
         .IgnoreError();
   }
@@ -256,12 +236,6 @@ void JobState::ApplyReportLocked(int rank,
   if (roster_.Participates(rank, layout_.active_stages)) {
     RunStepLocked(protocol_.OnReport(rank, report.iteration(), report.applied_epoch()));
   }
-}
-
-absl::Status JobState::CheckAckLocked(int rank,
-                                      const dynmo::v1::PlanAck& ack) const {
-  if (absl::Status s = ValidateAck(ack); !s.ok()) return s;
-  return protocol_.CheckAck(rank, ack);
 }
 
 void JobState::ApplyAckLocked(int rank, const dynmo::v1::PlanAck& ack) {
@@ -278,15 +252,6 @@ void JobState::ApplyAckLocked(int rank, const dynmo::v1::PlanAck& ack) {
     return;
   }
   RunStepLocked(step);
-}
-
-void JobState::RunStepLocked(const PlanStep& step) {
-  switch (step.kind) {
-    case PlanStep::Kind::kCommit: return CommitLocked();
-    case PlanStep::Kind::kAbort: return AbortLocked(step.why);
-    case PlanStep::Kind::kApply: return ApplyLocked(step.why);
-    default: return;  // kNone; kResendCommit is the ack's (ApplyAckLocked)
-  }
 }
 
 absl::StatusOr<core::PipelineModel> JobState::ModelLocked() const {
@@ -311,65 +276,6 @@ void JobState::MeasureLocked(const core::PipelineModel& model) {
   metrics_->SetMeasures(m.imbalance, m.bottleneck, m.lower_bound,
                         rebalancer_.bubble());
   metrics_->SetGpus(dp * active, dp * (roster_.shape().pipeline_size - active));
-}
-
-absl::StatusOr<dynmo::v1::Plan> JobState::IssueLocked(
-    const Decision& d, const std::string& reason, absl::Time now) {
-  dynmo::v1::Plan plan;
-  plan.set_job(name_);
-  plan.set_apply_iteration(std::max<int64_t>(rebalancer_.newest_iteration(), 0) +
-                           options_.plan_lead_iterations);
-  SetPlanLayout(d, &plan);
-  plan.set_reason(reason);
-  plan.set_decided_unix_nanos(absl::ToUnixNanos(now));
-  plan.set_commit_with_prepare(options_.in_band_commit);
-  const CoordinatorMessage prepare = protocol_.Issue(
-      std::move(plan), roster_.CountParticipants(layout_.active_stages), now);
-  // The epoch is durable before any rank can see it.
-  if (absl::Status s = PersistLocked(); !s.ok()) {
-    protocol_.Retract();
-    return s;
-  }
-  if (metrics_ != nullptr) metrics_->PlanIssued();
-  rebalancer_.OnPlanIssued();
-  SendToParticipants(prepare);
-  return prepare.prepare();
-}
-
-void JobState::CommitLocked() {
-  const CoordinatorMessage commit = protocol_.Commit(absl::Now());
-  if (absl::Status s = PersistLocked(); !s.ok()) {
-    // Not durable: a restart would not know it committed. Abort instead.
-    AbortLocked(absl::StrCat("cannot persist the commit: ", s.message()));
-    return;
-  }
-  SendToParticipants(commit);
-}
-
-void JobState::AbortLocked(const std::string& why) {
-  const CoordinatorMessage abort = protocol_.Abort(why, absl::Now());
-  PersistSettledLocked();
-  SendToParticipants(abort);
-  if (metrics_ != nullptr) metrics_->PlanAborted();
-}
-
-void JobState::ApplyLocked(const std::string& why) {
-  const absl::Time now = absl::Now();
-  const dynmo::v1::Plan plan = protocol_.Apply(why, now);
-  std::vector<dynmo::v1::ReleasedGpu> released = roster_.ReleasedBy(plan, now);
-  layout_.boundaries.assign(plan.boundaries().begin(), plan.boundaries().end());
-  layout_.active_stages.assign(plan.active_stages().begin(),
-                               plan.active_stages().end());
-  PersistSettledLocked();
-  if (metrics_ != nullptr) {
-    metrics_->PlanApplied();
-    metrics_->Migrated(static_cast<double>(plan.migration_bytes()));
-  }
-  if (released.empty()) return;
-  // The job record is put; the pool commits both at once.
-  if (absl::Status s = deps_.pool->Add(std::move(released)); !s.ok()) {
-    rebalancer_.Note(absl::StrCat("released GPUs not persisted: ", s.message()));
-  }
 }
 
 void JobState::Tick(absl::Time now) {

@@ -11,6 +11,7 @@
 //   SendQueue (send_queue.h)          messages on their way to the sessions
 //   job_record.h                      the job as JobRecord / JobStatus / ...
 //   proto_convert.h, plan_convert.h   wire messages <-> plain structs
+//   job_plan_effects.cc               what a plan step does to the job
 //
 // Ranks register with their pipeline / data-parallel coordinates; each rank
 // then reports the per-layer costs of its own stage. Tick() evaluates the
@@ -155,15 +156,31 @@ class JobState {
   // Returns true when the rank's epoch was adopted (must be persisted).
   bool ApplyRegisterLocked(const dynmo::v1::RegisterRequest& request)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status CheckReportLocked(const dynmo::v1::IterationReport& report) const
+
+  // One rank's upstream message, by reference: a Session's report or ack,
+  // or one RankMessage of a HostBatch. Exactly one of report / ack is set.
+  struct Upstream {
+    int rank;
+    const dynmo::v1::IterationReport* report;
+    const dynmo::v1::PlanAck* ack;
+  };
+  // The one path of reports and acks: every message is checked before any
+  // is applied, so a refused one changes nothing.
+  absl::Status OnUpstream(absl::Span<const Upstream> messages);
+  absl::Status CheckLocked(const Upstream& m) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyReportLocked(int rank, const dynmo::v1::IterationReport& report)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status CheckAckLocked(int rank, const dynmo::v1::PlanAck& ack) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyAckLocked(int rank, const dynmo::v1::PlanAck& ack)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  absl::StatusOr<core::PipelineModel> ModelLocked() const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The rebalancer's measures of the layout in force, and their metrics.
+  void MeasureLocked(const core::PipelineModel& model)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // ---- Plan effects (job_plan_effects.cc) ----
   void SendToParticipants(const dynmo::v1::CoordinatorMessage& m)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // What the (re)attached `ranks` of `sink` may have missed, one message per
@@ -172,11 +189,6 @@ class JobState {
                       absl::Span<const int> ranks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  absl::StatusOr<core::PipelineModel> ModelLocked() const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The rebalancer's measures of the layout in force, and their metrics.
-  void MeasureLocked(const core::PipelineModel& model)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<dynmo::v1::Plan> IssueLocked(const Decision& decision,
                                               const std::string& reason,
                                               absl::Time now)

@@ -12,6 +12,7 @@
 #include "coordinator/service/embedded_coordinator.h"
 #include "coordinator/core/partition.h"
 #include "gtest/gtest.h"
+#include "tests/agent/test_coordinator.h"
 
 namespace dynmo::agent {
 namespace {
@@ -23,20 +24,6 @@ constexpr int kReplicas = 3;  // 12 ranks: rank = replica * kStages + stage
 constexpr int kRanks = kStages * kReplicas;
 constexpr int kLayers = 12;
 
-std::unique_ptr<EmbeddedCoordinator> StartCoordinator(
-    const std::string& trigger, bool in_band = false,
-    const std::string& listen = "127.0.0.1:0") {
-  service::ServerOptions o;
-  o.listen = listen;
-  o.coordinator.job.in_band_commit = in_band;
-  o.coordinator.job.default_policy.trigger =
-      service::ParseTrigger(trigger).value();
-  o.coordinator.job.plan_lead_iterations = 6;
-  o.coordinator.tick = absl::Milliseconds(5);
-  auto c = EmbeddedCoordinator::Start(o);
-  EXPECT_TRUE(c.ok()) << c.status();
-  return c.ok() ? *std::move(c) : nullptr;
-}
 
 AgentConfig RankConfig(const std::string& address, int rank) {
   AgentConfig c;
@@ -124,7 +111,7 @@ std::map<uint64_t, std::set<int64_t>> TrainUntilApplied(
 class HostAgentMixedTest : public ::testing::TestWithParam<bool> {};
 
 TEST_P(HostAgentMixedTest, MultiplexedAndSingleSessionRanksApplyTheSamePlanAtTheSameIteration) {
-  auto coord = StartCoordinator("every:4", GetParam());
+  auto coord = StartTestCoordinator("every:4", GetParam());
   ASSERT_NE(coord, nullptr);
   // Replicas 0 and 1 (ranks 0..7): two hosts of 4 multiplexed ranks each;
   // replica 2 (ranks 8..11): one ordinary Agent per rank.
@@ -176,7 +163,7 @@ INSTANTIATE_TEST_SUITE_P(TwoPhaseAndInBand, HostAgentMixedTest,
                          ::testing::Values(false, true));
 
 TEST(HostAgentTest, ALostHostSessionReconnectsAndReRegistersAllItsRanks) {
-  auto first = StartCoordinator("every:4");
+  auto first = StartTestCoordinator("every:4");
   ASSERT_NE(first, nullptr);
   const std::string address = first->address();
   auto host = HostAgent::Start(HostConfig(address, 0, kRanks));
@@ -198,7 +185,7 @@ TEST(HostAgentTest, ALostHostSessionReconnectsAndReRegistersAllItsRanks) {
     absl::SleepFor(absl::Milliseconds(10));
   }
   ASSERT_FALSE(ranks[0].Stats().connected);
-  auto second = StartCoordinator("manual", false, address);
+  auto second = StartTestCoordinator("manual", false, address);
   ASSERT_NE(second, nullptr);
   ASSERT_TRUE((*host)->WaitConnected(absl::Seconds(10)));
   for (auto& r : ranks) EXPECT_GE(r.Stats().connects, 2);
@@ -240,7 +227,7 @@ TEST(HostAgentTest, BadHostConfigurationsAreRefusedLocally) {
 }
 
 TEST(HostAgentTest, ARefusedRegistrationIsReportedAndRetried) {
-  auto coord = StartCoordinator("manual");
+  auto coord = StartTestCoordinator("manual");
   ASSERT_NE(coord, nullptr);
   // Rank 0 registered alone as stage 0 replica 0 ...
   auto a = Agent::Start(RankConfig(coord->address(), 0));

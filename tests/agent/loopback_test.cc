@@ -8,6 +8,7 @@
 #include "coordinator/service/embedded_coordinator.h"
 #include "coordinator/core/partition.h"
 #include "gtest/gtest.h"
+#include "tests/agent/test_coordinator.h"
 
 namespace dynmo::agent {
 namespace {
@@ -17,20 +18,6 @@ using service::EmbeddedCoordinator;
 constexpr int kRanks = 8;
 constexpr int kLayers = 16;
 
-std::unique_ptr<EmbeddedCoordinator> StartCoordinator(
-    const std::string& trigger, const std::string& listen = "127.0.0.1:0",
-    bool in_band = false) {
-  service::ServerOptions o;
-  o.listen = listen;
-  o.coordinator.job.in_band_commit = in_band;
-  o.coordinator.job.default_policy.trigger =
-      service::ParseTrigger(trigger).value();
-  o.coordinator.job.plan_lead_iterations = 6;
-  o.coordinator.tick = absl::Milliseconds(5);
-  auto c = EmbeddedCoordinator::Start(o);
-  EXPECT_TRUE(c.ok()) << c.status();
-  return c.ok() ? *std::move(c) : nullptr;
-}
 
 AgentConfig Config(const std::string& address, int rank) {
   AgentConfig c;
@@ -69,7 +56,7 @@ IterationSample Sample(int64_t iteration, const std::vector<int>& b,
 class LoopbackCommitTest : public ::testing::TestWithParam<bool> {};
 
 TEST_P(LoopbackCommitTest, EightAgentsApplyTheSamePlanAtTheSameIteration) {
-  auto coord = StartCoordinator("every:4", "127.0.0.1:0", GetParam());
+  auto coord = StartTestCoordinator("every:4", GetParam());
   ASSERT_NE(coord, nullptr);
   std::vector<std::unique_ptr<Agent>> agents;
   for (int r = 0; r < kRanks; ++r) {
@@ -157,7 +144,7 @@ TEST(LoopbackTest, InvalidSamplesAreRejectedLocally) {
 }
 
 TEST(LoopbackTest, AgentReconnectsAfterTheCoordinatorRestarts) {
-  auto first = StartCoordinator("manual");
+  auto first = StartTestCoordinator("manual");
   ASSERT_NE(first, nullptr);
   const std::string address = first->address();
   auto a = Agent::Start(Config(address, 0));
@@ -169,7 +156,7 @@ TEST(LoopbackTest, AgentReconnectsAfterTheCoordinatorRestarts) {
     absl::SleepFor(absl::Milliseconds(10));
   }
   EXPECT_FALSE((*a)->stats().connected);
-  auto second = StartCoordinator("manual", address);
+  auto second = StartTestCoordinator("manual", false, address);
   ASSERT_NE(second, nullptr);
   ASSERT_TRUE((*a)->WaitConnected(absl::Seconds(10)));
   EXPECT_GE((*a)->stats().connects, 2);

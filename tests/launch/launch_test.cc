@@ -35,6 +35,7 @@
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 std::string ReadFile(const std::string& path) {
@@ -238,7 +239,8 @@ TEST_F(LaunchTest, EveryRankGetsTorchrunEnvironment) {
 TEST_F(LaunchTest, PassesMasterPortAndExternalCoordinatorThrough) {
   const Finished f = Launch(
       {"--nproc=2", "--master_port=29555", "--coordinator=10.0.0.1:50051",
-       "--", "sh", "-c", "echo $MASTER_PORT $DYNMO_COORDINATOR $DYNMO_JOB"});
+       "--relay=false", "--", "sh", "-c",
+       "echo $MASTER_PORT $DYNMO_COORDINATOR $DYNMO_JOB"});
   ASSERT_EQ(f.exit_code, 0) << f.err;
   const std::vector<std::string> lines = RankLines(f.out);
   ASSERT_EQ(lines.size(), 2u) << f.out;
@@ -343,17 +345,45 @@ TEST_F(LaunchTest, KillNineOfLauncherLeavesNoRankOrRankChildAlive) {
       << "orphans survived kill -9 of the launcher";
 }
 
-TEST_F(LaunchTest, RanksReachTheEmbeddedCoordinator) {
+TEST_F(LaunchTest, RanksReachTheEmbeddedCoordinatorThroughTheNodeRelay) {
   const Finished f = Launch({"--nproc", "2", "--", "sh", "-c",
                              "echo at $DYNMO_COORDINATOR; exec \"$0\" "
                              "--coordinator \"$DYNMO_COORDINATOR\" jobs",
                              bin_ + "/dynmo-ctl"});
   ASSERT_EQ(f.exit_code, 0) << f.out << f.err;
-  EXPECT_THAT(f.err, HasSubstr("(embedded)"));
+  EXPECT_THAT(f.err, HasSubstr("(embedded), ranks through the node relay at unix:"));
+  std::string socket;
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_THAT(f.out, HasSubstr(absl::StrCat("[rank ", r, "] at unix:/")));
+    EXPECT_THAT(f.out, HasSubstr(absl::StrCat("[rank ", r, "] JOB ")))
+        << "dynmo-ctl jobs did not answer through the relay";
+  }
+  const size_t at = f.out.find("] at unix:");
+  ASSERT_NE(at, std::string::npos);
+  socket = f.out.substr(at + 10, f.out.find('\n', at) - at - 10);
+  EXPECT_NE(access(socket.c_str(), F_OK), 0)
+      << "the relay's socket " << socket << " outlived the launch";
+}
+
+TEST_F(LaunchTest, AnUnreadableRelayTokenFileFailsTheLaunchInOneLine) {
+  const Finished f = Launch({"--nproc=1", "--coordinator=127.0.0.1:1",
+                             "--coordinator_token_file=/no/such/token", "--", "true"});
+  EXPECT_EQ(f.exit_code, 1);
+  EXPECT_THAT(f.err, HasSubstr("dynmo-launch: cannot start the node relay: "));
+  EXPECT_THAT(f.err, HasSubstr("/no/such/token"));
+  EXPECT_EQ(f.out, "");
+}
+
+TEST_F(LaunchTest, WithoutTheRelayRanksDialTheEmbeddedCoordinator) {
+  const Finished f = Launch({"--nproc", "2", "--relay=false", "--", "sh", "-c",
+                             "echo at $DYNMO_COORDINATOR; exec \"$0\" "
+                             "--coordinator \"$DYNMO_COORDINATOR\" jobs",
+                             bin_ + "/dynmo-ctl"});
+  ASSERT_EQ(f.exit_code, 0) << f.out << f.err;
+  EXPECT_THAT(f.err, Not(HasSubstr("relay")));
   for (int r = 0; r < 2; ++r) {
     EXPECT_THAT(f.out, HasSubstr(absl::StrCat("[rank ", r, "] at 127.0.0.1:")));
-    EXPECT_THAT(f.out, HasSubstr(absl::StrCat("[rank ", r, "] JOB ")))
-        << "dynmo-ctl jobs did not answer";
+    EXPECT_THAT(f.out, HasSubstr(absl::StrCat("[rank ", r, "] JOB ")));
   }
 }
 
@@ -380,6 +410,12 @@ TEST_F(LaunchTest, BadFlagsExitTwoWithOneClearLine) {
        "--coordinator must be embedded, none or HOST:PORT"},
       {{"--nproc=1", "--master_port=70000", "--", "true"},
        "--master_port must be 0 to 65535"},
+      {{"--nproc=1", "--relay=maybe", "--", "true"}, "invalid value 'maybe' for --relay"},
+      {{"--nproc=1", "--coordinator_tls_cert=c.pem", "--", "true"},
+       "--coordinator_tls_cert and --coordinator_tls_key go together"},
+      {{"--nproc=1", "--relay=false", "--coordinator_token_file=t", "--", "true"},
+       "are the relay's: they need --relay"},
+
   };
   for (const auto& [args, why] : cases) {
     const Finished f = Launch(args);

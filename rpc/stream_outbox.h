@@ -1,14 +1,15 @@
-// StreamOutbox<Out>: the write side of one server bidi stream (Session or
-// HostSession): a queue in front of the reactor's single outstanding write.
-// Outlives the reactor (jobs hold the sinks that use it), so every use
-// checks that the reactor is still there.
+// StreamOutbox<In, Out>: the write side of one server bidi stream (the
+// coordinator's Session and HostSession, the node relay's Session): a queue
+// in front of the reactor's single outstanding write. Outlives the reactor
+// (jobs and relays hold the sinks that use it), so every use checks that the
+// reactor is still there.
 //
 // Thread-safety: every method may be called from any thread. StartWrite and
 // Finish are called outside the outbox's lock because gRPC may run
 // reactions inline. The reactor must forward OnWriteDone here and call
 // Detach() from OnDone.
-#ifndef DYNMO_COORDINATOR_SERVICE_STREAM_OUTBOX_H_
-#define DYNMO_COORDINATOR_SERVICE_STREAM_OUTBOX_H_
+#ifndef DYNMO_RPC_STREAM_OUTBOX_H_
+#define DYNMO_RPC_STREAM_OUTBOX_H_
 
 #include <deque>
 #include <memory>
@@ -19,7 +20,7 @@
 #include "grpcpp/support/server_callback.h"
 #include "grpcpp/support/status.h"
 
-namespace dynmo::service {
+namespace dynmo::rpc {
 
 template <typename In, typename Out>
 class StreamOutbox {
@@ -110,6 +111,6 @@ class StreamOutbox {
   std::optional<grpc::Status> pending_finish_ ABSL_GUARDED_BY(mu_);
 };
 
-}  // namespace dynmo::service
+}  // namespace dynmo::rpc
 
-#endif  // DYNMO_COORDINATOR_SERVICE_STREAM_OUTBOX_H_
+#endif  // DYNMO_RPC_STREAM_OUTBOX_H_

@@ -1,0 +1,114 @@
+// JobState's plan effects: what the job does when its plan protocol
+// (plan_protocol.h) asks for a step — issue a PREPARE, commit, abort, apply
+// a plan to the layout and release GPUs — and the fan-out of plan messages
+// to the sessions of the participating ranks. The protocol decides; these
+// carry it out: persist first (an epoch is durable before any rank sees
+// it), then queue the messages (sent after the job's lock is released).
+//
+// Part of JobState (job_state.h); every function runs under the job's lock.
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/service/job_state.h"
+#include "coordinator/service/plan_convert.h"
+
+namespace dynmo::service {
+
+using dynmo::v1::CoordinatorMessage;
+
+void JobState::SendToParticipants(const CoordinatorMessage& m) {
+  auto shared = std::make_shared<const CoordinatorMessage>(m);
+  for (SessionRanks& s : roster_.ParticipantSessions(layout_.active_stages)) {
+    outbox_.Queue(std::move(s.sink), std::move(s.ranks), shared);
+  }
+}
+
+void JobState::ResendInFlight(const std::shared_ptr<SessionSink>& sink,
+                              absl::Span<const int> ranks) {
+  if (sink == nullptr || ranks.empty()) return;
+  const PlanProtocol::Missed missed = protocol_.MissedMessages();
+  std::vector<int> to;
+  for (int rank : ranks) {
+    if (!missed.active_ranks_only ||
+        RankRoster::IsActiveStage(layout_.active_stages, roster_.at(rank).pipeline_rank)) {
+      to.push_back(rank);
+    }
+  }
+  if (to.empty()) return;
+  for (const CoordinatorMessage& m : missed.messages) {
+    outbox_.Queue(sink, to, std::make_shared<const CoordinatorMessage>(m));
+  }
+}
+
+void JobState::RunStepLocked(const PlanStep& step) {
+  switch (step.kind) {
+    case PlanStep::Kind::kCommit: return CommitLocked();
+    case PlanStep::Kind::kAbort: return AbortLocked(step.why);
+    case PlanStep::Kind::kApply: return ApplyLocked(step.why);
+    default: return;  // kNone; kResendCommit is the ack's (ApplyAckLocked)
+  }
+}
+
+absl::StatusOr<dynmo::v1::Plan> JobState::IssueLocked(
+    const Decision& d, const std::string& reason, absl::Time now) {
+  dynmo::v1::Plan plan;
+  plan.set_job(name_);
+  plan.set_apply_iteration(std::max<int64_t>(rebalancer_.newest_iteration(), 0) +
+                           options_.plan_lead_iterations);
+  SetPlanLayout(d, &plan);
+  plan.set_reason(reason);
+  plan.set_decided_unix_nanos(absl::ToUnixNanos(now));
+  plan.set_commit_with_prepare(options_.in_band_commit);
+  const CoordinatorMessage prepare = protocol_.Issue(
+      std::move(plan), roster_.CountParticipants(layout_.active_stages), now);
+  // The epoch is durable before any rank can see it.
+  if (absl::Status s = PersistLocked(); !s.ok()) {
+    protocol_.Retract();
+    return s;
+  }
+  if (metrics_ != nullptr) metrics_->PlanIssued();
+  rebalancer_.OnPlanIssued();
+  SendToParticipants(prepare);
+  return prepare.prepare();
+}
+
+void JobState::CommitLocked() {
+  const CoordinatorMessage commit = protocol_.Commit(absl::Now());
+  if (absl::Status s = PersistLocked(); !s.ok()) {
+    // Not durable: a restart would not know it committed. Abort instead.
+    AbortLocked(absl::StrCat("cannot persist the commit: ", s.message()));
+    return;
+  }
+  SendToParticipants(commit);
+}
+
+void JobState::AbortLocked(const std::string& why) {
+  const CoordinatorMessage abort = protocol_.Abort(why, absl::Now());
+  PersistSettledLocked();
+  SendToParticipants(abort);
+  if (metrics_ != nullptr) metrics_->PlanAborted();
+}
+
+void JobState::ApplyLocked(const std::string& why) {
+  const absl::Time now = absl::Now();
+  const dynmo::v1::Plan plan = protocol_.Apply(why, now);
+  std::vector<dynmo::v1::ReleasedGpu> released = roster_.ReleasedBy(plan, now);
+  layout_.boundaries.assign(plan.boundaries().begin(), plan.boundaries().end());
+  layout_.active_stages.assign(plan.active_stages().begin(),
+                               plan.active_stages().end());
+  PersistSettledLocked();
+  if (metrics_ != nullptr) {
+    metrics_->PlanApplied();
+    metrics_->Migrated(static_cast<double>(plan.migration_bytes()));
+  }
+  if (released.empty()) return;
+  // The job record is put; the pool commits both at once.
+  if (absl::Status s = deps_.pool->Add(std::move(released)); !s.ok()) {
+    rebalancer_.Note(absl::StrCat("released GPUs not persisted: ", s.message()));
+  }
+}
+
+}  // namespace dynmo::service
