@@ -239,6 +239,10 @@ class Agent::Impl {
       if (!s.ok()) {
         if (!stop_) {
           state_.counters().last_error = absl::StrCat("Register: ", s.error_message());
+          if (IsPermanentRefusal(s)) {  // retrying cannot change it
+            state_.counters().gave_up = true;
+            stop_ = true;
+          }
         }
         return false;
       }

@@ -13,7 +13,9 @@
 // stream, whose reads and writes run on gRPC's callback threads (no thread
 // per stream); it reconnects with exponential backoff (re-registering with
 // the applied epoch, the layout and any plan it holds) whenever the stream
-// breaks. ReportIteration never blocks on the network: samples wait in a
+// breaks — unless the coordinator refused the registration for good
+// (IsPermanentRefusal in channel.h: a malformed request, a bad token):
+// then it stops, and stats().gave_up and last_error say why. ReportIteration never blocks on the network: samples wait in a
 // bounded queue that drops the OLDEST when full, so a slow or absent
 // coordinator costs training nothing, and the trainer keeps running on the
 // last plan it applied.

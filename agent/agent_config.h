@@ -79,6 +79,10 @@ struct AgentStats {
   uint64_t last_prepare_epoch = 0;
   int64_t last_prepare_unix_nanos = 0;
   std::string last_error;
+  // The coordinator refused the registration for good (a malformed
+  // request, a bad credential: IsPermanentRefusal); the agent stopped
+  // retrying and last_error says why.
+  bool gave_up = false;
 };
 
 }  // namespace dynmo::agent

@@ -71,6 +71,18 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> SharedOrNewChannel(
   return MakeChannel(address, options);
 }
 
+bool IsPermanentRefusal(const grpc::Status& status) {
+  switch (status.error_code()) {
+    case grpc::StatusCode::INVALID_ARGUMENT:
+    case grpc::StatusCode::UNAUTHENTICATED:
+    case grpc::StatusCode::PERMISSION_DENIED:
+    case grpc::StatusCode::UNIMPLEMENTED:
+      return true;
+    default:
+      return false;
+  }
+}
+
 absl::StatusOr<std::string> ReadToken(const std::string& path) {
   absl::StatusOr<std::string> s = ReadFile(path, "token file");
   if (!s.ok()) return s.status();

@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
+#include "grpcpp/support/status.h"
 
 namespace dynmo::agent {
 
@@ -34,6 +35,12 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> SharedOrNewChannel(
 
 // Reads a token file (whitespace trimmed).
 absl::StatusOr<std::string> ReadToken(const std::string& path);
+
+// A refusal that retrying cannot change: INVALID_ARGUMENT (the request is
+// malformed), UNAUTHENTICATED / PERMISSION_DENIED (the credential),
+// UNIMPLEMENTED (not a coordinator). Agents stop reconnecting on these
+// instead of retrying them as transient.
+bool IsPermanentRefusal(const grpc::Status& status);
 
 // Adds "authorization: Bearer <token>" (nothing when token is empty).
 void AddBearerToken(grpc::ClientContext* context, const std::string& token);

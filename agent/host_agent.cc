@@ -303,7 +303,13 @@ class HostCore {
       absl::MutexLock lock(&mu_);
       live_ctx_ = nullptr;
       if (!s.ok()) {
-        if (!stop_) SetErrorLocked(absl::StrCat("RegisterHost: ", s.error_message()));
+        if (!stop_) {
+          SetErrorLocked(absl::StrCat("RegisterHost: ", s.error_message()));
+          if (IsPermanentRefusal(s)) {  // retrying cannot change it
+            for (RankState& r : ranks_) r.counters().gave_up = true;
+            stop_ = true;
+          }
+        }
         return false;
       }
       for (size_t i = 0; i < ranks_.size() &&

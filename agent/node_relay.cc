@@ -195,6 +195,7 @@ class NodeRelay::Impl final : public dynmo::v1::AgentService::CallbackService {
     DYNMO_RELAY_FORWARD(GetJob, GetJobRequest, JobStatus)
     DYNMO_RELAY_FORWARD(SetPolicy, SetPolicyRequest, SetPolicyResponse)
     DYNMO_RELAY_FORWARD(Rebalance, RebalanceRequest, RebalanceResponse)
+    DYNMO_RELAY_FORWARD(DeleteJob, DeleteJobRequest, DeleteJobResponse)
 #undef DYNMO_RELAY_FORWARD
 
    private:
@@ -220,6 +221,15 @@ class NodeRelay::Impl final : public dynmo::v1::AgentService::CallbackService {
                            : 0;
     s.upstream_connected = s.upstream_ranks > 0;
     return s;
+  }
+
+  std::vector<RankProgress> Progress() const {
+    absl::MutexLock lock(&mu_);
+    std::vector<RankProgress> out;
+    for (const auto& [rank, p] : progress_) out.push_back(p);
+    std::sort(out.begin(), out.end(),
+              [](const RankProgress& a, const RankProgress& b) { return a.rank < b.rank; });
+    return out;
   }
 
   bool WaitUpstreamRanks(int ranks, absl::Duration timeout) const {
@@ -434,6 +444,10 @@ class NodeRelay::Impl final : public dynmo::v1::AgentService::CallbackService {
         *rank = r;
         MarkChangedLocked();
       } else if (m.has_report()) {
+        RankProgress& p = progress_[*rank];
+        p.rank = *rank;
+        p.last_iteration = std::max(p.last_iteration, m.report().iteration());
+        p.last_report = absl::Now();
         Member& member = members_[*rank];
         member.reports.push_back(m.report());
         if (member.reports.size() > config_.report_queue_capacity) {
@@ -655,6 +669,8 @@ class NodeRelay::Impl final : public dynmo::v1::AgentService::CallbackService {
   absl::flat_hash_set<int> registered_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<grpc::ClientContext*> forwarding_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<int, Member> members_ ABSL_GUARDED_BY(mu_);
+  // Kept across sessions and upstream breaks: progress is the rank's.
+  absl::flat_hash_map<int, RankProgress> progress_ ABSL_GUARDED_BY(mu_);
   UpSession* current_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::vector<UpSession*> retired_ ABSL_GUARDED_BY(mu_);
   int kicking_ ABSL_GUARDED_BY(mu_) = 0;
@@ -678,6 +694,7 @@ absl::StatusOr<std::unique_ptr<NodeRelay>> NodeRelay::Start(
 
 const std::string& NodeRelay::address() const { return impl_->address(); }
 NodeRelayStats NodeRelay::stats() const { return impl_->Stats(); }
+std::vector<RankProgress> NodeRelay::progress() const { return impl_->Progress(); }
 bool NodeRelay::WaitUpstreamRanks(int ranks, absl::Duration timeout) const {
   return impl_->WaitUpstreamRanks(ranks, timeout);
 }

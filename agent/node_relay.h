@@ -41,6 +41,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -83,6 +84,14 @@ struct NodeRelayStats {
   std::string last_error;
 };
 
+// The newest report of one rank that went through the relay (progress
+// watching: dynmo-launch names a rank that stopped making progress).
+struct RankProgress {
+  int rank = -1;
+  int64_t last_iteration = -1;     // -1: none yet
+  absl::Time last_report = absl::InfinitePast();
+};
+
 class NodeRelay {
  public:
   // Validates the config, listens and starts. Errors: INVALID_ARGUMENT for
@@ -98,6 +107,8 @@ class NodeRelay {
   // "127.0.0.1:PORT" with the port actually bound.
   const std::string& address() const;
   NodeRelayStats stats() const;
+  // Every rank that reported through the relay, by rank.
+  std::vector<RankProgress> progress() const;
   // Blocks until the upstream session carries exactly `ranks` ranks, or
   // `timeout` passes; true when it does.
   bool WaitUpstreamRanks(int ranks, absl::Duration timeout) const;

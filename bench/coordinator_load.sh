@@ -13,7 +13,8 @@
 #   bash bench/coordinator_load.sh [BUILD_BIN_DIR] [ROWS]  (default build/bin, all)
 #
 # ROWS = "all" (default), "4096" (only the 4,096-agent rows, single and
-# multiplexed, both commit modes) or "mux" (only the multiplexed rows).
+# multiplexed, both commit modes), "mux" (only the multiplexed rows) or
+# "relay" (only 4,096 ranks through 512 node relays of 8, both commit modes).
 #
 # The workload is a scripted trace whose heavy quarter of the layers moves
 # from the front to the back of the model every 20 iterations, so every:10
@@ -37,8 +38,8 @@ with open(sys.argv[1], "w") as f:
         f.write(json.dumps({"iter": k, "layers": layers}) + "\n")
 PY
 
-run() {  # agents dp iteration_ms iterations commit [ranks_per_session]
-  local agents=$1 dp=$2 ms=$3 iters=$4 commit=$5 k=${6:-1} port
+run() {  # agents dp iteration_ms iterations commit [ranks_per_session] [relay_ranks_per_node]
+  local agents=$1 dp=$2 ms=$3 iters=$4 commit=$5 k=${6:-1} relay=${7:-0} port
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   "$bin/dynmo-coordinator" --listen "127.0.0.1:$port" --trigger every:10 \
       --plan_lead_iterations 5 --commit "$commit" > "$work/coord.log" 2>&1 &
@@ -47,7 +48,8 @@ run() {  # agents dp iteration_ms iterations commit [ranks_per_session]
   /usr/bin/time -f "%M" -o "$work/lg.rss" "$bin/dynmo-loadgen" \
       --coordinator "127.0.0.1:$port" --job "bench$agents" --agents "$agents" \
       --dp "$dp" --iterations "$iters" --iteration_ms "$ms" \
-      --trace "$work/skew.jsonl" --drain_s 1 --ranks_per_session "$k" > "$work/lg.json"
+      --trace "$work/skew.jsonl" --drain_s 1 --ranks_per_session "$k" \
+      --relay_ranks_per_node "$relay" > "$work/lg.json"
   "$bin/dynmo-ctl" --coordinator "127.0.0.1:$port" --json job "bench$agents" \
       > "$work/job.json" 2>/dev/null || echo '{}' > "$work/job.json"
   local ticks hwm
@@ -62,7 +64,8 @@ aborted = sum(1 for h in history if h.get("outcome") == "PLAN_OUTCOME_ABORTED")
 ticks, hwm, lg_rss, hz = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 cpu = ticks / hz
 wall = d["run_seconds"] + 1.5
-print(f"| {d['agents']} | {d['stages']}x{d['replicas']} | {d['ranks_per_session']} | {sys.argv[6]} | {d['reports_per_second']:.0f} | "
+per = f"{d['relay_ranks_per_node']} (relay)" if d.get('relay_ranks_per_node') else d['ranks_per_session']
+print(f"| {d['agents']} | {d['stages']}x{d['replicas']} | {per} | {sys.argv[6]} | {d['reports_per_second']:.0f} | "
       f"{d['samples_dropped']} | {d['plans_applied']}/{len(history)} ({aborted} aborted) | "
       f"{d['plan_delivery_ms_p50']:.0f} | {d['plan_delivery_ms_p99']:.0f} | {d['plan_delivery_ms_max']:.0f} | "
       f"{cpu:.1f} s ({100 * cpu / wall:.0f}% of a core) | {hwm / 1024:.0f} MiB | {lg_rss / 1024:.0f} MiB |")
@@ -83,6 +86,13 @@ if [[ $rows == all ]]; then run 1024 128 50 200 in-band; fi
 if [[ $rows == all || $rows == 4096 ]]; then
   run 4096 512 200 100 in-band
   run 4096 512 100 100 in-band
+fi
+if [[ $rows == relay ]]; then
+  # 4,096 ranks, each its own Agent, through 512 node relays of 8 ranks
+  # (what dynmo-launch runs per node): 512 upstream streams.
+  run 4096 512 200 100 two-phase 1 8
+  run 4096 512 200 100 in-band 1 8
+  exit 0
 fi
 # The same 4,096 ranks, 8 per multiplexed HostSession (512 streams).
 run 4096 512 200 100 two-phase 8

@@ -8,6 +8,7 @@
 //   dynmo-ctl --coordinator ADDR claim ID... --holder WHO [--lease_seconds N]
 //   dynmo-ctl --coordinator ADDR return ID... --holder WHO
 //   dynmo-ctl --coordinator ADDR rebalance NAME
+//   dynmo-ctl --coordinator ADDR delete NAME [--force]
 //   dynmo-ctl --coordinator ADDR policy NAME [--balancer B] [--trigger T]
 //             [--repack] [--repack_tolerance X]
 //
@@ -22,7 +23,9 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
@@ -48,6 +51,8 @@ ABSL_FLAG(std::string, trigger, "", "policy: trigger");
 ABSL_FLAG(bool, repack, false, "policy: enable re-packing");
 ABSL_FLAG(double, repack_tolerance, 0, "policy: re-packing tolerance");
 ABSL_FLAG(double, timeout_s, 10, "RPC deadline");
+ABSL_FLAG(bool, force, false,
+          "delete: also a job with connected ranks (their sessions end)");
 
 namespace {
 
@@ -165,6 +170,7 @@ void PrintJob(const v1::JobStatus& st) {
               st.lower_bound_s());
   std::printf("bubble ratio   %.4f (predicted)\n", st.predicted_bubble_ratio());
   std::printf("plans          %d in history\n", st.history_size());
+  if (!st.note().empty()) std::printf("note           %s\n", st.note().c_str());
 }
 
 void PrintGpus(const google::protobuf::RepeatedPtrField<v1::ReleasedGpu>& gpus) {
@@ -191,7 +197,7 @@ int main(int argc, char** argv) {
       "dynmo-ctl --coordinator ADDR [--json] "
       "{jobs | job NAME | plans NAME | released [--all] | "
       "claim ID... --holder WHO [--lease_seconds N] | "
-      "return ID... --holder WHO | rebalance NAME | "
+      "return ID... --holder WHO | rebalance NAME | delete NAME [--force] | "
       "policy NAME [--balancer B] [--trigger T] [--repack] "
       "[--repack_tolerance X]}");
   if (dynmo::cli::HandleHelpOrVersion(argc, argv, "dynmo-ctl",
@@ -315,17 +321,62 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
-  if (cmd == "policy") {
+  if (cmd == "delete") {
     if (int rc = need_one("job name")) return rc;
     grpc::ClientContext ctx;
     Prepare(&ctx);
+    v1::DeleteJobRequest req;
+    req.set_job(args[0]);
+    req.set_force(absl::GetFlag(FLAGS_force));
+    v1::DeleteJobResponse r;
+    grpc::Status s = ops->DeleteJob(&ctx, req, &r);
+    if (!s.ok()) return Fail("delete", s);
+    if (json) {
+      PrintJson(r);
+    } else {
+      std::printf("job %s deleted (%d sessions ended)\n", args[0].c_str(),
+                  r.closed_sessions());
+    }
+    return 0;
+  }
+  if (cmd == "policy") {
+    if (int rc = need_one("job name")) return rc;
+    // Only what is given changes: the rest is the job's current policy
+    // (proto3 booleans and numbers cannot say "not given").
     v1::SetPolicyRequest req;
     req.set_job(args[0]);
-    req.mutable_policy()->set_balancer(absl::GetFlag(FLAGS_balancer));
-    req.mutable_policy()->set_trigger(absl::GetFlag(FLAGS_trigger));
-    req.mutable_policy()->set_repack(absl::GetFlag(FLAGS_repack));
-    req.mutable_policy()->set_repack_tolerance(
-        absl::GetFlag(FLAGS_repack_tolerance));
+    {
+      grpc::ClientContext get_ctx;
+      Prepare(&get_ctx);
+      v1::GetJobRequest get;
+      get.set_job(args[0]);
+      v1::JobStatus current;
+      if (grpc::Status g = ops->GetJob(&get_ctx, get, &current); !g.ok()) {
+        return Fail("policy", g);
+      }
+      *req.mutable_policy() = current.summary().policy();
+    }
+    // Whether the command line set --name (this absl cannot say).
+    auto given = [argc, argv](absl::string_view name) {
+      for (int i = 1; i < argc; ++i) {
+        absl::string_view a = argv[i];
+        if (a == "--") break;
+        if (!absl::ConsumePrefix(&a, "--")) absl::ConsumePrefix(&a, "-");
+        if (a == name || absl::StartsWith(a, absl::StrCat(name, "=")) ||
+            a == absl::StrCat("no", name)) {
+          return true;
+        }
+      }
+      return false;
+    };
+    if (given("balancer")) req.mutable_policy()->set_balancer(absl::GetFlag(FLAGS_balancer));
+    if (given("trigger")) req.mutable_policy()->set_trigger(absl::GetFlag(FLAGS_trigger));
+    if (given("repack")) req.mutable_policy()->set_repack(absl::GetFlag(FLAGS_repack));
+    if (given("repack_tolerance")) {
+      req.mutable_policy()->set_repack_tolerance(absl::GetFlag(FLAGS_repack_tolerance));
+    }
+    grpc::ClientContext ctx;
+    Prepare(&ctx);
     v1::SetPolicyResponse r;
     grpc::Status s = ops->SetPolicy(&ctx, req, &r);
     if (!s.ok()) return Fail("policy", s);

@@ -14,10 +14,17 @@
 // --ranks_per_session K > 1 hosts K consecutive ranks per process-like
 // agent::HostAgent over ONE multiplexed HostSession stream (one per node in
 // production: 8), instead of one Agent and one Session per rank.
+// --relay_ranks_per_node K runs one agent::NodeRelay per K ranks (what
+// dynmo-launch runs on each node): every rank keeps its own Agent, which
+// dials its node's relay on a Unix-domain socket, and each relay carries its
+// node to the coordinator on one HostSession.
 // Prints one JSON summary: reports sent, samples dropped, plans applied and
 // failed, per-plan delivery latency (decision to the last rank holding the
 // COMMIT), the imbalance of the last record under the initial and the final
 // layout, released stages.
+#include <stdlib.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -37,6 +44,7 @@
 #include "agent/agent.h"
 #include "agent/channel.h"
 #include "agent/host_agent.h"
+#include "agent/node_relay.h"
 #include "cli/program_info.h"
 #include "coordinator/core/measures.h"
 #include "coordinator/core/partition.h"
@@ -72,6 +80,11 @@ ABSL_FLAG(std::string, host_prefix, "sim-host-", "simulated host names");
 ABSL_FLAG(int, threads, 2, "threads that send the simulated reports");
 ABSL_FLAG(int, ranks_per_session, 1,
           "ranks multiplexed over one HostSession (1: one Session per rank)");
+ABSL_FLAG(int, relay_ranks_per_node, 0,
+          "ranks per simulated node behind a node relay (agent/node_relay.h): "
+          "each rank runs its own Agent against its node's relay on a "
+          "Unix-domain socket, each relay carries its node on one HostSession "
+          "(0: no relays)");
 
 namespace {
 
@@ -156,6 +169,13 @@ int main(int argc, char** argv) {
   if (per_session < 1 || agents % per_session != 0) {
     return Die("--agents must be a positive multiple of --ranks_per_session");
   }
+  const int per_node = absl::GetFlag(FLAGS_relay_ranks_per_node);
+  if (per_node < 0 || (per_node > 0 && agents % per_node != 0)) {
+    return Die("--agents must be a positive multiple of --relay_ranks_per_node");
+  }
+  if (per_node > 0 && per_session > 1) {
+    return Die("--relay_ranks_per_node and --ranks_per_session > 1 exclude each other");
+  }
   const int stages = agents / dp;
   const std::string scenario = absl::GetFlag(FLAGS_scenario);
   const std::string trace_file = absl::GetFlag(FLAGS_trace);
@@ -212,6 +232,29 @@ int main(int argc, char** argv) {
     channels.push_back(*c);
   }
 
+  // Node relays: one per simulated node, each on its own socket and its own
+  // upstream connection, as separate processes would be.
+  std::string relay_dir;
+  std::vector<std::unique_ptr<agent::NodeRelay>> relays;
+  if (per_node > 0) {
+    char dir[] = "/tmp/dynmo-loadgen-XXXXXX";
+    if (mkdtemp(dir) == nullptr) return Die("cannot create a directory for the relays' sockets");
+    relay_dir = dir;
+    for (int n = 0; n * per_node < agents; ++n) {
+      agent::NodeRelayConfig rc;
+      rc.listen = absl::StrCat("unix:", relay_dir, "/relay-", n, ".sock");
+      rc.coordinator = absl::GetFlag(FLAGS_coordinator);
+      rc.channel = co;
+      rc.channel.index = n;
+      rc.token = token;
+      rc.job = absl::GetFlag(FLAGS_job);
+      rc.host = absl::StrCat(absl::GetFlag(FLAGS_host_prefix), "node-", n);
+      absl::StatusOr<std::unique_ptr<agent::NodeRelay>> relay = agent::NodeRelay::Start(rc);
+      if (!relay.ok()) return Die(std::string(relay.status().message()));
+      relays.push_back(*std::move(relay));
+    }
+  }
+
   // The layout every rank runs; the in-band agreement keeps it one layout.
   std::vector<int> boundaries = core::PartitionUniform(num_layers, stages);
   std::vector<int> active;
@@ -240,6 +283,13 @@ int main(int argc, char** argv) {
     c.model_fingerprint = scenario.empty() ? trace_file : scenario;
     c.microbatches = absl::GetFlag(FLAGS_microbatches);
     c.queue_capacity = static_cast<size_t>(absl::GetFlag(FLAGS_queue_capacity));
+    if (per_node > 0) {  // its own connection to its node's relay
+      c.shared_channel = nullptr;
+      c.coordinator = relays[static_cast<size_t>(r / per_node)]->address();
+      c.channel = agent::ChannelOptions{};
+      c.channel.index = r;
+      c.token.clear();
+    }
     if (per_session == 1) {
       absl::StatusOr<std::unique_ptr<agent::Agent>> a = agent::Agent::Start(c);
       if (!a.ok()) return Die(std::string(a.status().message()));
@@ -405,6 +455,13 @@ int main(int argc, char** argv) {
   }
   for (auto& a : single) a->Stop();
   for (auto& h : hosts) h->Stop();
+  int64_t upstream_breaks = 0;
+  for (auto& relay : relays) {
+    upstream_breaks += relay->stats().upstream_breaks;
+    relay->Stop();
+  }
+  relays.clear();
+  if (!relay_dir.empty()) rmdir(relay_dir.c_str());
 
   const core::TraceRecord& last =
       trace[static_cast<size_t>(iterations - 1) % trace.size()];
@@ -412,7 +469,9 @@ int main(int argc, char** argv) {
       {"job", absl::GetFlag(FLAGS_job)},
       {"agents", agents},
       {"ranks_per_session", per_session},
-      {"sessions", agents / per_session},
+      {"relay_ranks_per_node", per_node},
+      {"sessions", per_node > 0 ? agents / per_node : agents / per_session},
+      {"relay_upstream_breaks", upstream_breaks},
       {"stages", stages},
       {"replicas", dp},
       {"layers", num_layers},

@@ -18,6 +18,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -33,6 +34,7 @@
 #include "coordinator/service/embedded_coordinator.h"
 #include "launcher/local_relay.h"
 #include "launcher/orphan_guard.h"
+#include "launcher/stuck_rank.h"
 #include "launcher/rank_env.h"
 #include "launcher/rank_supervisor.h"
 
@@ -51,6 +53,9 @@ ABSL_FLAG(bool, relay, true,
           "launcher runs a node relay on a Unix-domain socket in a private "
           "directory and hands its address to the ranks as DYNMO_COORDINATOR "
           "(false: the ranks dial the coordinator themselves)");
+ABSL_FLAG(double, stuck_timeout_s, 600,
+          "with the relay: stop the job and name the rank when a rank has "
+          "reported no finished iteration for this long (0: never)");
 ABSL_FLAG(std::string, coordinator_token_file, "",
           "bearer token the relay presents to a secured coordinator");
 ABSL_FLAG(std::string, coordinator_tls_ca, "",
@@ -73,7 +78,7 @@ constexpr char kUsage[] =
     "[--coordinator_tls_cert F --coordinator_tls_key F] "
     "[--coordinator_tls_server_name N] -- PROGRAM ARGS...";
 constexpr const char* kLauncherFlags[] = {
-    "nproc", "coordinator", "master_port", "job", "stop_grace_s", "relay",
+    "nproc", "coordinator", "master_port", "job", "stop_grace_s", "relay", "stuck_timeout_s",
     "coordinator_token_file", "coordinator_tls_ca", "coordinator_tls_cert",
     "coordinator_tls_key", "coordinator_tls_server_name"};
 
@@ -157,6 +162,10 @@ absl::Status ValidateFlags() {
   }
   if (absl::GetFlag(FLAGS_stop_grace_s) < 0) {
     return absl::InvalidArgumentError("--stop_grace_s must be >= 0");
+  }
+  const double stuck = absl::GetFlag(FLAGS_stuck_timeout_s);
+  if (!(stuck >= 0 && stuck <= 1e7)) {
+    return absl::InvalidArgumentError("--stuck_timeout_s must be in [0, 1e7]");
   }
   const std::string coordinator = absl::GetFlag(FLAGS_coordinator);
   if (coordinator != "embedded" && coordinator != "none" &&
@@ -336,6 +345,26 @@ int main(int argc, char** argv) {
   launcher::SupervisorOptions options;
   options.stop_grace = absl::Seconds(absl::GetFlag(FLAGS_stop_grace_s));
   options.guard = guard->get();
+  const double stuck_s = absl::GetFlag(FLAGS_stuck_timeout_s);
+  if (relay != nullptr && stuck_s > 0) {
+    options.watchdog = [relay = relay.get(), launched = absl::Now(),
+                        timeout = absl::Seconds(stuck_s)](
+                           absl::Time now,
+                           const std::vector<std::pair<int, pid_t>>& running) {
+      const std::vector<agent::RankProgress> progress = relay->progress();
+      std::vector<launcher::RankLiveness> live;
+      for (const auto& [rank, pid] : running) {
+        launcher::RankLiveness l{rank, pid, -1, launched, launcher::ProcessStopped(pid)};
+        for (const agent::RankProgress& p : progress) {
+          if (p.rank != rank) continue;
+          l.last_iteration = p.last_iteration;
+          l.last_progress = std::max(launched, p.last_report);
+        }
+        live.push_back(l);
+      }
+      return launcher::FindStuckRank(live, now, timeout);
+    };
+  }
   launcher::RankSupervisor supervisor(options);
   const std::vector<std::string> base_env = launcher::CurrentEnvironment();
   for (int rank = 0; rank < job.world_size; ++rank) {

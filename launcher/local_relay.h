@@ -12,6 +12,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "agent/node_relay.h"
@@ -32,6 +33,7 @@ class LocalRelay {
   // "unix:<dir>/relay.sock"
   const std::string& address() const { return relay_->address(); }
   agent::NodeRelayStats stats() const { return relay_->stats(); }
+  std::vector<agent::RankProgress> progress() const { return relay_->progress(); }
 
  private:
   LocalRelay(std::string dir, std::unique_ptr<agent::NodeRelay> relay)

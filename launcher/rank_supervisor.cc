@@ -140,8 +140,18 @@ LaunchOutcome RankSupervisor::Run() {
 
   bool cleaned_up = false;
   absl::Time drain_deadline = absl::InfiniteFuture();
+  absl::Time next_watch = absl::Now() + options_.watch_every;
   for (;;) {
     ReapExited();
+    if (options_.watchdog && !stopping_ && absl::Now() >= next_watch) {
+      std::vector<std::pair<int, pid_t>> running;
+      for (const Rank& r : ranks_) {
+        if (r.running) running.emplace_back(r.rank, r.pid);
+      }
+      stuck_ = options_.watchdog(absl::Now(), running);
+      if (stuck_) BeginStop(SIGTERM);
+      next_watch = absl::Now() + options_.watch_every;
+    }
     if (stopping_ && !killed_ && AnyRunning() &&
         absl::Now() >= kill_deadline_) {
       SignalRunning(SIGKILL);
@@ -172,6 +182,9 @@ LaunchOutcome RankSupervisor::Run() {
       timeout_ms = MillisUntil(drain_deadline);
     } else if (stopping_ && !killed_) {
       timeout_ms = MillisUntil(kill_deadline_);
+    } else if (options_.watchdog) {
+      const int watch_ms = MillisUntil(next_watch);
+      timeout_ms = timeout_ms < 0 ? watch_ms : std::min(timeout_ms, watch_ms);
     }
     if (poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) {
       BeginStop(SIGKILL);
@@ -222,6 +235,10 @@ LaunchOutcome RankSupervisor::Outcome() const {
     return {128 + launcher_signal_,
             absl::StrCat("dynmo-launch: received ", SignalName(launcher_signal_),
                          "; stopped ", Ranks(stopped_ranks_))};
+  }
+  if (stuck_) {
+    return {1, absl::StrCat("dynmo-launch: ", stuck_->why, "; stopped ",
+                            Ranks(stopped_ranks_))};
   }
   if (unstartable_rank_ >= 0) {
     return {127, absl::StrCat("dynmo-launch: rank ", unstartable_rank_,

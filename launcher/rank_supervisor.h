@@ -20,13 +20,17 @@
 
 #include <sys/types.h>
 
+#include <functional>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "launcher/line_prefixer.h"
 #include "launcher/orphan_guard.h"
+#include "launcher/stuck_rank.h"
 
 namespace dynmo::launcher {
 
@@ -35,6 +39,13 @@ struct SupervisorOptions {
   int stdout_fd = 1;
   int stderr_fd = 2;
   OrphanGuard* guard = nullptr;  // told each rank's process group if set
+  // Asked about every `watch_every` while the job runs, with each running
+  // rank and its pid: a verdict (stuck_rank.h) stops the job like a failed
+  // rank (exit 1, its line as the summary). Unset: no watching.
+  std::function<std::optional<StuckVerdict>(
+      absl::Time now, const std::vector<std::pair<int, pid_t>>& running)>
+      watchdog;
+  absl::Duration watch_every = absl::Seconds(1);
 };
 
 // How the job ended: the launcher's exit status and, unless every rank
@@ -91,6 +102,7 @@ class RankSupervisor {
   int launcher_signal_ = 0;     // what stopped the job, if a signal did
   int failed_index_ = -1;       // index in ranks_ of the first failed rank
   int unstartable_rank_ = -1;   // rank whose program could not be executed
+  std::optional<StuckVerdict> stuck_;  // the watchdog stopped the job
   std::string start_error_;
 };
 

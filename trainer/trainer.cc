@@ -145,7 +145,12 @@ absl::Status StartAgent(const TrainerConfig& config, const DistEnv& env,
   // address must not pass silently. Once connected, the agent reconnects in
   // the background and training never waits on it again.
   if (!link->agent->WaitConnected(absl::Seconds(config.coordinator_connect_timeout_s))) {
-    const std::string why = link->agent->stats().last_error;
+    const agent::AgentStats st = link->agent->stats();
+    const std::string& why = st.last_error;
+    if (st.gave_up) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the DynMo coordinator at ", address, " refused this rank: ", why));
+    }
     return absl::UnavailableError(absl::StrCat(
         "cannot reach the DynMo coordinator at ", address, " within ",
         config.coordinator_connect_timeout_s, " s (--coordinator_connect_timeout_s)",

@@ -1,5 +1,8 @@
 #include "coordinator/service/coordinator.h"
 
+#include <cstdio>
+#include <string>
+
 namespace dynmo::service {
 
 Coordinator::Coordinator(const CoordinatorOptions& options)
@@ -12,6 +15,10 @@ Coordinator::Coordinator(const CoordinatorOptions& options)
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
     const CoordinatorOptions& options) {
   std::unique_ptr<Coordinator> c(new Coordinator(options));
+  c->keeper_.SetFailureHook([m = &c->metrics_](const absl::Status& s) {
+    m->StateCommitFailed();
+    std::fprintf(stderr, "dynmo-coordinator: %s\n", std::string(s.message()).c_str());
+  });
   absl::StatusOr<dynmo::v1::CoordinatorState> state = c->keeper_.Open();
   if (!state.ok()) return state.status();
   c->pool_.Restore(*state);
@@ -38,8 +45,17 @@ void Coordinator::TickAll(absl::Time now) {
 }
 
 void Coordinator::Loop() {
+  absl::Time next_expiry = absl::Now();
   while (!stop_.WaitForNotificationWithTimeout(options_.tick)) {
-    TickAll(absl::Now());
+    const absl::Time now = absl::Now();
+    TickAll(now);
+    if (options_.job_expiry != absl::InfiniteDuration() && now >= next_expiry) {
+      for (const std::string& name : registry_.ExpireIdle(now, options_.job_expiry)) {
+        std::fprintf(stderr, "dynmo-coordinator: job %s deleted after %s without a rank\n",
+                     name.c_str(), absl::FormatDuration(options_.job_expiry).c_str());
+      }
+      next_expiry = now + absl::Seconds(1);
+    }
   }
 }
 

@@ -26,6 +26,9 @@ struct CoordinatorOptions {
   JobOptions job;
   int max_jobs = 1024;
   absl::Duration tick = absl::Milliseconds(20);
+  // A job with no connected rank and no activity for this long is deleted
+  // (its record, its metric series); InfiniteDuration: never.
+  absl::Duration job_expiry = absl::Hours(24);
 };
 
 class Coordinator {

@@ -17,6 +17,8 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "cli/program_info.h"
 #include "coordinator/core/partition.h"
 #include "coordinator/service/policy.h"
@@ -62,6 +64,12 @@ ABSL_FLAG(std::string, port_file, "",
           "once listening, write the gRPC port to this file (atomically: "
           "FILE.tmp, then renamed), for a parent that asked for port 0");
 ABSL_FLAG(int, max_jobs, 1024, "jobs served at most");
+ABSL_FLAG(double, job_expiry_s, 86400,
+          "delete a job after this many seconds with no connected rank and "
+          "no registration, report or ack (0: never)");
+ABSL_FLAG(bool, log_plans, true,
+          "print one line per plan event (issued, committed, aborted, "
+          "applied) to stdout, with a UTC timestamp");
 ABSL_FLAG(int, max_message_bytes, 4 << 20, "largest accepted gRPC message");
 
 namespace {
@@ -133,7 +141,22 @@ int main(int argc, char** argv) {
   opts.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   opts.coordinator.state_dir = absl::GetFlag(FLAGS_state_dir);
   opts.coordinator.max_jobs = absl::GetFlag(FLAGS_max_jobs);
+  const double expiry_s = absl::GetFlag(FLAGS_job_expiry_s);
+  if (!(expiry_s >= 0 && expiry_s <= 1e9)) {
+    std::fprintf(stderr, "dynmo-coordinator: --job_expiry_s must be in [0, 1e9]\n");
+    return 2;
+  }
+  opts.coordinator.job_expiry =
+      expiry_s == 0 ? absl::InfiniteDuration() : absl::Seconds(expiry_s);
   service::JobOptions& job = opts.coordinator.job;
+  if (absl::GetFlag(FLAGS_log_plans)) {
+    job.plan_log = [](const std::string& line) {
+      std::printf("%s dynmo-coordinator: %s\n",
+                  absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(), absl::UTCTimeZone()).c_str(),
+                  line.c_str());
+      std::fflush(stdout);
+    };
+  }
   absl::StatusOr<core::PartitionMethod> balancer =
       core::ParsePartitionMethod(absl::GetFlag(FLAGS_balancer));
   absl::StatusOr<service::Trigger> trigger =

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "coordinator/service/job_state.h"
 #include "coordinator/service/plan_convert.h"
 
@@ -71,8 +72,19 @@ absl::StatusOr<dynmo::v1::Plan> JobState::IssueLocked(
   }
   if (metrics_ != nullptr) metrics_->PlanIssued();
   rebalancer_.OnPlanIssued();
+  const dynmo::v1::Plan& p = prepare.prepare();
+  LogPlanLocked(absl::StrCat(
+      "plan ", p.epoch(), " issued (", reason, "): boundaries [",
+      absl::StrJoin(layout_.boundaries, ","), "] -> [", absl::StrJoin(p.boundaries(), ","),
+      "], stages [", absl::StrJoin(p.active_stages(), ","), "], applies at iteration ",
+      p.apply_iteration(), ", ", p.migrations_size(), " migrations, ",
+      p.migration_bytes(), " bytes"));
   SendToParticipants(prepare);
   return prepare.prepare();
+}
+
+void JobState::LogPlanLocked(const std::string& event) {
+  if (options_.plan_log) options_.plan_log(absl::StrCat("job ", name_, ": ", event));
 }
 
 void JobState::CommitLocked() {
@@ -82,12 +94,14 @@ void JobState::CommitLocked() {
     AbortLocked(absl::StrCat("cannot persist the commit: ", s.message()));
     return;
   }
+  LogPlanLocked(absl::StrCat("plan ", commit.commit().epoch(), " committed"));
   SendToParticipants(commit);
 }
 
 void JobState::AbortLocked(const std::string& why) {
   const CoordinatorMessage abort = protocol_.Abort(why, absl::Now());
   PersistSettledLocked();
+  LogPlanLocked(absl::StrCat("plan ", abort.abort().epoch(), " aborted: ", why));
   SendToParticipants(abort);
   if (metrics_ != nullptr) metrics_->PlanAborted();
 }
@@ -100,12 +114,17 @@ void JobState::ApplyLocked(const std::string& why) {
   layout_.active_stages.assign(plan.active_stages().begin(),
                                plan.active_stages().end());
   PersistSettledLocked();
+  LogPlanLocked(absl::StrCat("plan ", plan.epoch(), " applied at iteration ",
+                             plan.apply_iteration(), " (", why, ")",
+                             released.empty() ? ""
+                                              : absl::StrCat(", ", released.size(),
+                                                             " GPUs released")));
   if (metrics_ != nullptr) {
     metrics_->PlanApplied();
     metrics_->Migrated(static_cast<double>(plan.migration_bytes()));
   }
   if (released.empty()) return;
-  // The job record is put; the pool commits both at once.
+  // The job record is committed; the pool commits its own record.
   if (absl::Status s = deps_.pool->Add(std::move(released)); !s.ok()) {
     rebalancer_.Note(absl::StrCat("released GPUs not persisted: ", s.message()));
   }

@@ -47,6 +47,7 @@ dynmo::v1::JobStatus MakeJobStatus(
   for (double l : job.rebalancer.measures().loads) st.add_stage_load_s(l);
   st.set_lower_bound_s(job.rebalancer.measures().lower_bound);
   st.set_predicted_bubble_ratio(job.rebalancer.bubble());
+  st.set_note(job.rebalancer.note());
   for (const auto& h : job.protocol.history()) *st.add_history() = h;
   if (job.protocol.in_flight() != nullptr) {
     *st.add_history() = *job.protocol.in_flight();

@@ -62,6 +62,39 @@ absl::StatusOr<std::shared_ptr<JobState>> JobRegistry::Find(
   return it->second;
 }
 
+absl::StatusOr<int> JobRegistry::Delete(const std::string& name, bool force) {
+  // Under the registry's lock throughout, so no rank can re-create the job
+  // between its removal from disk and from the map.
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(name);
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(absl::StrCat("no job named '", name, "'"));
+  }
+  std::shared_ptr<JobState> job = it->second;
+  const int connected = job->Summary().connected_ranks();
+  if (connected > 0 && !force) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", name, " has ", connected,
+        " connected ranks; stop them first, or delete with force"));
+  }
+  const int closed = job->Close(absl::StrCat("job ", name, " was deleted"));
+  if (absl::Status s = deps_.keeper->RemoveJob(name); !s.ok()) {
+    job->Reopen();
+    return s;
+  }
+  jobs_.erase(it);
+  return closed;
+}
+
+std::vector<std::string> JobRegistry::ExpireIdle(absl::Time now, absl::Duration idle) {
+  std::vector<std::string> expired;
+  for (const auto& job : All()) {
+    if (job->IdleSince() + idle > now) continue;
+    if (Delete(job->name(), /*force=*/false).ok()) expired.push_back(job->name());
+  }
+  return expired;
+}
+
 std::vector<std::shared_ptr<JobState>> JobRegistry::All() const {
   absl::MutexLock lock(&mu_);
   std::vector<std::shared_ptr<JobState>> out;

@@ -1,6 +1,7 @@
 // JobRegistry: the coordinator's jobs by name. A job is created by the first
 // rank that registers with a new name (or restored from the state dir) and
-// lives as long as the coordinator. Thread-safe; the registry's lock is only
+// lives until it is deleted (an operator's DeleteJob, or idle past the
+// coordinator's expiry). Thread-safe; the registry's lock is only
 // held to look a job up, never while a job does work.
 #ifndef DYNMO_COORDINATOR_SERVICE_JOB_REGISTRY_H_
 #define DYNMO_COORDINATOR_SERVICE_JOB_REGISTRY_H_
@@ -41,6 +42,15 @@ class JobRegistry {
   absl::StatusOr<std::shared_ptr<JobState>> Find(const std::string& name) const;
 
   std::vector<std::shared_ptr<JobState>> All() const;
+
+  // Deletes a job (JobState::Close, then its record leaves the state dir).
+  // NOT_FOUND for an unknown job; FAILED_PRECONDITION while ranks are
+  // connected and not `force`; a state dir that cannot be written keeps the
+  // job as it was (UNAVAILABLE). Returns the sessions it ended.
+  absl::StatusOr<int> Delete(const std::string& name, bool force);
+  // Deletes the jobs idle (no connected rank, no registration, report or
+  // ack) since before now - `idle`; returns their names.
+  std::vector<std::string> ExpireIdle(absl::Time now, absl::Duration idle);
 
  private:
   absl::StatusOr<std::shared_ptr<JobState>> FindOrCreate(

@@ -90,6 +90,7 @@ absl::Status JobState::RegisterMany(
     std::vector<dynmo::v1::RegisterResponse>* responses) {
   FlushOnExit flush(this);
   absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckOpenLocked(); !s.ok()) return s;
   // Check all first: a refused batch registers no rank.
   for (const auto& r : requests) {
     if (absl::Status s = roster_.CheckRegister(r); !s.ok()) return s;
@@ -133,6 +134,7 @@ bool JobState::ApplyRegisterLocked(const dynmo::v1::RegisterRequest& request) {
 absl::Status JobState::Attach(int rank, std::shared_ptr<SessionSink> sink) {
   FlushOnExit flush(this);
   absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckOpenLocked(); !s.ok()) return s;
   if (absl::Status s = roster_.CheckAttach(rank); !s.ok()) return s;
   const int one[] = {rank};
   // Closed after the lock is released: gRPC may run OnDone inline, and
@@ -146,6 +148,7 @@ absl::Status JobState::AttachHost(absl::Span<const int> ranks,
                                   std::shared_ptr<SessionSink> sink) {
   FlushOnExit flush(this);
   absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckOpenLocked(); !s.ok()) return s;
   if (absl::Status s = roster_.CheckAttachHost(ranks, *sink); !s.ok()) return s;
   for (const auto& old : roster_.Attach(ranks, sink)) outbox_.Close(old);
   ResendInFlight(sink, ranks);
@@ -160,6 +163,7 @@ void JobState::Detach(int rank, const SessionSink* sink) {
 void JobState::DetachHost(absl::Span<const int> ranks, const SessionSink* sink) {
   absl::MutexLock lock(&mu_);
   roster_.Detach(ranks, sink);
+  last_activity_ = absl::Now();
 }
 
 absl::Status JobState::OnReport(int rank,
@@ -186,6 +190,7 @@ absl::Status JobState::OnHostBatch(const dynmo::v1::HostBatch& batch) {
 absl::Status JobState::OnUpstream(absl::Span<const Upstream> messages) {
   FlushOnExit flush(this);
   absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckOpenLocked(); !s.ok()) return s;
   for (const Upstream& m : messages) {
     if (absl::Status s = CheckLocked(m); !s.ok()) return s;
   }
@@ -281,6 +286,7 @@ void JobState::MeasureLocked(const core::PipelineModel& model) {
 void JobState::Tick(absl::Time now) {
   FlushOnExit flush(this);
   absl::MutexLock lock(&mu_);
+  if (closed_) return;
   if (protocol_.in_flight() != nullptr) {
     RunStepLocked(protocol_.OnTick(now, rebalancer_.newest_iteration()));
     return;
@@ -305,6 +311,7 @@ void JobState::Tick(absl::Time now) {
 absl::StatusOr<dynmo::v1::RebalanceResponse> JobState::Rebalance(absl::Time now) {
   FlushOnExit flush(this);
   absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckOpenLocked(); !s.ok()) return s;
   if (absl::Status s = protocol_.CheckIdle(); !s.ok()) return s;
   absl::StatusOr<core::PipelineModel> model = ModelLocked();
   if (!model.ok()) return model.status();
@@ -331,6 +338,7 @@ absl::StatusOr<dynmo::v1::RebalanceResponse> JobState::Rebalance(absl::Time now)
 absl::StatusOr<dynmo::v1::Policy> JobState::SetPolicy(
     const dynmo::v1::Policy& proto) {
   absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckOpenLocked(); !s.ok()) return s;
   absl::StatusOr<Policy> p = PolicyFromProto(proto, rebalancer_.policy());
   if (!p.ok()) return p.status();
   const Policy old = rebalancer_.policy();
@@ -362,14 +370,45 @@ dynmo::v1::JobRecord JobState::Record() const {
   return MakeJobRecord(PartsLocked());
 }
 
+absl::Status JobState::CheckOpenLocked() {
+  if (closed_) {
+    return absl::NotFoundError(absl::StrCat("job ", name_, " was deleted"));
+  }
+  last_activity_ = absl::Now();
+  return absl::OkStatus();
+}
+
+int JobState::Close(const std::string& why) {
+  FlushOnExit flush(this);
+  absl::MutexLock lock(&mu_);
+  closed_ = true;
+  const std::vector<SessionRanks> sessions = roster_.DetachAll();
+  for (const SessionRanks& s : sessions) {
+    outbox_.Close(s.sink, absl::NotFoundError(why));
+  }
+  metrics_.reset();  // its series leave /metrics with it
+  return static_cast<int>(sessions.size());
+}
+
+void JobState::Reopen() {
+  absl::MutexLock lock(&mu_);
+  closed_ = false;
+  last_activity_ = absl::Now();
+  if (deps_.metrics != nullptr) metrics_ = deps_.metrics->ForJob(name_);
+}
+
+absl::Time JobState::IdleSince() const {
+  absl::MutexLock lock(&mu_);
+  return roster_.connected() > 0 ? absl::InfiniteFuture() : last_activity_;
+}
+
 absl::Status JobState::PersistLocked() {
-  deps_.keeper->PutJob(MakeJobRecord(PartsLocked()));
-  return deps_.keeper->Commit();
+  return deps_.keeper->CommitJob(MakeJobRecord(PartsLocked()));
 }
 
 void JobState::PersistSettledLocked() {
   if (absl::Status s = PersistLocked(); !s.ok()) {
-    rebalancer_.Note(absl::StrCat("state not persisted: ", s.message()));
+    rebalancer_.Note(std::string(s.message()));  // "state not persisted (...)"
   }
 }
 

@@ -30,6 +30,7 @@
 #define DYNMO_COORDINATOR_SERVICE_JOB_STATE_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -76,6 +77,10 @@ struct JobOptions {
   // over ~20 samples, not the ~3 the cost estimate follows.
   double noise_smoothing = 0.1;
   int history_limit = 32;
+  // One line per plan event (issued, committed, aborted, applied), without
+  // a trailing newline; null: none. Called under the job's lock, so it must
+  // not call back into the job. dynmo-coordinator prints them (--log_plans).
+  std::function<void(const std::string&)> plan_log;
 };
 
 // What a job needs from the rest of the coordinator. Not owned.
@@ -143,6 +148,17 @@ class JobState {
   dynmo::v1::JobStatus Status() const;
   // The durable record (what the state dir holds for this job).
   dynmo::v1::JobRecord Record() const;
+
+  // Deletion (JobRegistry::Delete). Close ends every session with `why`,
+  // removes the job's metric series, and makes every later call of the
+  // job's ranks NOT_FOUND ("job was deleted"), so nothing it still holds
+  // can act or persist. Returns the number of sessions ended. Reopen undoes
+  // it when the deletion could not be made durable.
+  int Close(const std::string& why);
+  void Reopen();
+  // When the job went idle: the last registration, session change, report
+  // or ack while no rank is connected; InfiniteFuture while one is.
+  absl::Time IdleSince() const;
   // Writes the record to the keeper and commits.
   absl::Status Persist();
 
@@ -202,6 +218,10 @@ class JobState {
   // The parts job_record.h makes the job's messages from.
   JobParts PartsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status PersistLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Hands one plan event to options_.plan_log.
+  void LogPlanLocked(const std::string& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // NOT_FOUND once the job was deleted (Close); else marks activity.
+  absl::Status CheckOpenLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Persists after a settled plan; a failure becomes the decision note.
   void PersistSettledLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -218,6 +238,8 @@ class JobState {
   Rebalancer rebalancer_ ABSL_GUARDED_BY(mu_);
   PlanProtocol protocol_ ABSL_GUARDED_BY(mu_);
   int64_t reports_ ABSL_GUARDED_BY(mu_) = 0;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time last_activity_ ABSL_GUARDED_BY(mu_) = absl::Now();
 };
 
 }  // namespace dynmo::service

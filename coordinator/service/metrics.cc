@@ -48,6 +48,13 @@ CoordinatorMetrics::CoordinatorMetrics()
                      .Name("dynmo_rpc_errors_total")
                      .Help("RPCs that ended with a non-OK status.")
                      .Register(r);
+  state_commit_failures_ =
+      &prometheus::BuildCounter()
+           .Name("dynmo_state_commit_failures_total")
+           .Help("Commits of the state dir that failed: the change was refused "
+                 "and nothing was persisted (disk full, read-only, I/O error).")
+           .Register(r)
+           .Add({});
   decision_latency_ =
       &prometheus::BuildHistogram()
            .Name("dynmo_decision_latency_seconds")
@@ -76,6 +83,22 @@ JobMetrics::JobMetrics(CoordinatorMetrics* owner, const std::string& job)
   aborted_ = &owner->plans_->Add({{"job", job}, {"outcome", "aborted"}});
   migrated_ = &owner->migrated_->Add({{"job", job}});
   reports_ = &owner->reports_->Add({{"job", job}});
+}
+
+JobMetrics::~JobMetrics() {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [stage, gauge] : stage_loads_) owner_->stage_load_->Remove(gauge);
+  owner_->imbalance_->Remove(imbalance_);
+  owner_->bottleneck_->Remove(bottleneck_);
+  owner_->lower_bound_->Remove(lower_bound_);
+  owner_->bubble_->Remove(bubble_);
+  owner_->gpus_->Remove(gpus_active_);
+  owner_->gpus_->Remove(gpus_released_);
+  owner_->plans_->Remove(issued_);
+  owner_->plans_->Remove(applied_);
+  owner_->plans_->Remove(aborted_);
+  owner_->migrated_->Remove(migrated_);
+  owner_->reports_->Remove(reports_);
 }
 
 void JobMetrics::SetStageLoads(absl::Span<const int> stages,

@@ -26,10 +26,14 @@ namespace dynmo::service {
 
 class CoordinatorMetrics;
 
-// The series of one job. Thread-safe.
+// The series of one job; they leave /metrics when it is destroyed (the job
+// was deleted). Thread-safe.
 class JobMetrics {
  public:
   JobMetrics(CoordinatorMetrics* owner, const std::string& job);
+  ~JobMetrics();
+  JobMetrics(const JobMetrics&) = delete;
+  JobMetrics& operator=(const JobMetrics&) = delete;
 
   // Loads of the active stages; `stages` are their original stage ids.
   void SetStageLoads(absl::Span<const int> stages,
@@ -72,6 +76,8 @@ class CoordinatorMetrics {
   // Counts a failed RPC; `code` is the grpc::StatusCode name.
   void RpcError(const std::string& method, const std::string& code);
   void DecisionLatency(double seconds) { decision_latency_->Observe(seconds); }
+  // Counts a commit of the state dir that failed (nothing was persisted).
+  void StateCommitFailed() { state_commit_failures_->Increment(); }
 
  private:
   friend class JobMetrics;
@@ -87,6 +93,7 @@ class CoordinatorMetrics {
   prometheus::Family<prometheus::Counter>* reports_;
   prometheus::Family<prometheus::Counter>* rpc_errors_;
   prometheus::Histogram* decision_latency_;
+  prometheus::Counter* state_commit_failures_;
 };
 
 }  // namespace dynmo::service

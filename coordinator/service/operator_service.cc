@@ -77,4 +77,20 @@ grpc::Status OperatorServiceImpl::Rebalance(
   return grpc::Status::OK;
 }
 
+grpc::Status OperatorServiceImpl::DeleteJob(
+    grpc::ServerContext* context, const dynmo::v1::DeleteJobRequest* request,
+    dynmo::v1::DeleteJobResponse* response) {
+  if (grpc::Status s = auth_->Check(*context); !s.ok()) {
+    return Done("DeleteJob", s);
+  }
+  if (absl::Status s = ValidateJobName(request->job()); !s.ok()) {
+    return Done("DeleteJob", ToGrpcStatus(s));
+  }
+  absl::StatusOr<int> closed =
+      coordinator_->jobs().Delete(request->job(), request->force());
+  if (!closed.ok()) return Done("DeleteJob", ToGrpcStatus(closed.status()));
+  response->set_closed_sessions(*closed);
+  return grpc::Status::OK;
+}
+
 }  // namespace dynmo::service

@@ -27,6 +27,9 @@ class OperatorServiceImpl final : public dynmo::v1::OperatorService::Service {
   grpc::Status Rebalance(grpc::ServerContext* context,
                          const dynmo::v1::RebalanceRequest* request,
                          dynmo::v1::RebalanceResponse* response) override;
+  grpc::Status DeleteJob(grpc::ServerContext* context,
+                         const dynmo::v1::DeleteJobRequest* request,
+                         dynmo::v1::DeleteJobResponse* response) override;
 
  private:
   grpc::Status Done(const char* method, const grpc::Status& status);

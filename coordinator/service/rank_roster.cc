@@ -238,6 +238,20 @@ bool RankRoster::ReportedSince(absl::Span<const int> active,
   return true;
 }
 
+std::vector<SessionRanks> RankRoster::DetachAll() {
+  std::vector<SessionRanks> out;
+  absl::flat_hash_map<const SessionSink*, size_t> index;
+  for (int i = 0; i < size(); ++i) {
+    RosterRank& r = at(i);
+    if (r.sink == nullptr) continue;
+    auto [it, fresh] = index.try_emplace(r.sink.get(), out.size());
+    if (fresh) out.push_back(SessionRanks{r.sink, {}});
+    out[it->second].ranks.push_back(i);
+    r.sink = nullptr;
+  }
+  return out;
+}
+
 std::vector<SessionRanks> RankRoster::ParticipantSessions(
     absl::Span<const int> active) const {
   // One entry per sink: a multiplexed session gets a message once with the

@@ -117,6 +117,9 @@ class RankRoster {
   // True when every registered active rank reported iteration >= `iteration`.
   bool ReportedSince(absl::Span<const int> active, int64_t iteration) const;
   // One entry per session carrying participating ranks, in rank order.
+  // Every live session with the ranks it carries, each sink once; unbinds
+  // them all (the job is going away).
+  std::vector<SessionRanks> DetachAll();
   std::vector<SessionRanks> ParticipantSessions(
       absl::Span<const int> active) const;
 

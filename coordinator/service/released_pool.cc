@@ -1,5 +1,7 @@
 #include "coordinator/service/released_pool.h"
 
+#include <algorithm>
+
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -36,8 +38,7 @@ void ReleasedPool::RecordLocked(dynmo::v1::ReleasedEvent::Kind kind,
 }
 
 absl::Status ReleasedPool::CommitLocked() {
-  keeper_->PutPool(gpus_, next_id_);
-  return keeper_->Commit();
+  return keeper_->CommitPool(gpus_, next_id_);
 }
 
 absl::Status ReleasedPool::Add(std::vector<dynmo::v1::ReleasedGpu> gpus) {
@@ -173,6 +174,8 @@ absl::StatusOr<std::vector<dynmo::v1::ReleasedGpu>> ReleasedPool::Return(
     } else if (gpus_[i].holder() != holder) {
       problems.push_back(
           absl::StrCat(id, ": claimed by ", gpus_[i].holder(), ", not ", holder));
+    } else if (std::find(index.begin(), index.end(), i) != index.end()) {
+      problems.push_back(absl::StrCat(id, ": listed twice"));
     } else {
       index.push_back(i);
     }

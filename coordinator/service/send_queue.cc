@@ -14,10 +14,12 @@ void SendQueue::Queue(
   pending_.store(true, std::memory_order_release);
 }
 
-void SendQueue::Close(const std::shared_ptr<SessionSink>& sink) {
+void SendQueue::Close(const std::shared_ptr<SessionSink>& sink, absl::Status why) {
   // A multiplexed session may be replaced for several ranks at once.
-  if (std::find(closes_.begin(), closes_.end(), sink) != closes_.end()) return;
-  closes_.push_back(sink);
+  for (const auto& c : closes_) {
+    if (c.first == sink) return;
+  }
+  closes_.emplace_back(sink, std::move(why));
   pending_.store(true, std::memory_order_release);
 }
 
@@ -25,16 +27,14 @@ void SendQueue::Deliver() {
   if (!pending_.load(std::memory_order_acquire)) return;  // the hot path
   absl::MutexLock deliver_lock(&deliver_mu_);
   std::vector<PendingSend> batch;
-  std::vector<std::shared_ptr<SessionSink>> closes;
+  std::vector<std::pair<std::shared_ptr<SessionSink>, absl::Status>> closes;
   {
     absl::MutexLock lock(owner_mu_);
     batch.swap(sends_);
     closes.swap(closes_);
     pending_.store(false, std::memory_order_release);
   }
-  for (const auto& sink : closes) {
-    sink->Close(absl::AbortedError("superseded by a newer session"));
-  }
+  for (const auto& [sink, why] : closes) sink->Close(why);
   for (const PendingSend& p : batch) p.sink->SendTo(p.ranks, p.message);
 }
 

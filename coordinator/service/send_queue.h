@@ -15,8 +15,10 @@
 
 #include <atomic>
 #include <memory>
+#include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "coordinator/service/session_sink.h"
 #include "dynmo/v1/agent.pb.h"
@@ -31,9 +33,10 @@ class SendQueue {
   // `message` for `ranks` of `sink` (SessionSink::SendTo).
   void Queue(std::shared_ptr<SessionSink> sink, std::vector<int> ranks,
              std::shared_ptr<const dynmo::v1::CoordinatorMessage> message);
-  // Closes `sink` as superseded by a newer session (once, however often
-  // it is queued before the next delivery).
-  void Close(const std::shared_ptr<SessionSink>& sink);
+  // Closes `sink` with `why` (default: superseded by a newer session),
+  // once, however often it is queued before the next delivery.
+  void Close(const std::shared_ptr<SessionSink>& sink,
+             absl::Status why = absl::AbortedError("superseded by a newer session"));
   // Delivers everything queued so far. Not under the owner's lock.
   void Deliver();
 
@@ -47,7 +50,7 @@ class SendQueue {
   absl::Mutex* const owner_mu_;
   absl::Mutex deliver_mu_;
   std::vector<PendingSend> sends_;                   // under *owner_mu_
-  std::vector<std::shared_ptr<SessionSink>> closes_;  // under *owner_mu_
+  std::vector<std::pair<std::shared_ptr<SessionSink>, absl::Status>> closes_;  // under *owner_mu_
   std::atomic<bool> pending_{false};  // sends_ or closes_ is non-empty
 };
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "coordinator/service/agent_service.h"
 #include "coordinator/service/auth.h"
@@ -21,7 +22,11 @@
 namespace dynmo::service {
 namespace {
 
-absl::StatusOr<std::string> ReadPem(const std::string& path, const char* what) {
+// Reads a PEM file and checks it holds a block of the expected kind, so a
+// wrong or damaged file is one clear line here rather than gRPC's SSL log
+// and "cannot listen".
+absl::StatusOr<std::string> ReadPem(const std::string& path, const char* what,
+                                    absl::string_view begin, absl::string_view end) {
   std::ifstream in(path);
   if (!in) {
     return absl::NotFoundError(absl::StrCat("cannot read ", what, " ", path));
@@ -31,7 +36,14 @@ absl::StatusOr<std::string> ReadPem(const std::string& path, const char* what) {
   if (buf.str().empty()) {
     return absl::InvalidArgumentError(absl::StrCat(what, " ", path, " is empty"));
   }
-  return buf.str();
+  const std::string pem = buf.str();
+  const absl::string_view text(pem);
+  const size_t at = text.find(begin);
+  if (at == absl::string_view::npos || text.find(end, at) == absl::string_view::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " ", path, " holds no PEM block (", begin, " ... ", end, ")"));
+  }
+  return pem;
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(
@@ -46,14 +58,19 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(
   if (tls.cert.empty() || tls.key.empty()) {
     return absl::InvalidArgumentError("--tls_cert and --tls_key go together");
   }
-  absl::StatusOr<std::string> cert = ReadPem(tls.cert, "TLS certificate");
+  absl::StatusOr<std::string> cert = ReadPem(tls.cert, "TLS certificate",
+                                                  "-----BEGIN CERTIFICATE-----",
+                                                  "-----END CERTIFICATE-----");
   if (!cert.ok()) return cert.status();
-  absl::StatusOr<std::string> key = ReadPem(tls.key, "TLS key");
+  absl::StatusOr<std::string> key = ReadPem(tls.key, "TLS key", "-----BEGIN",
+                                                 "PRIVATE KEY-----");
   if (!key.ok()) return key.status();
   grpc::SslServerCredentialsOptions opts;
   opts.pem_key_cert_pairs.push_back({*key, *cert});
   if (!tls.client_ca.empty()) {
-    absl::StatusOr<std::string> ca = ReadPem(tls.client_ca, "client CA");
+    absl::StatusOr<std::string> ca = ReadPem(tls.client_ca, "client CA",
+                                                  "-----BEGIN CERTIFICATE-----",
+                                                  "-----END CERTIFICATE-----");
     if (!ca.ok()) return ca.status();
     opts.pem_root_certs = *ca;
     opts.client_certificate_request =

@@ -109,9 +109,12 @@ absl::Status StateStore::Save(const dynmo::v1::CoordinatorState& state) const {
   absl::Status s = WriteAll(fd, data, tmp);
   if (s.ok() && ::fsync(fd) != 0) s = Errno(absl::StrCat("fsync ", tmp));
   ::close(fd);
-  if (!s.ok()) return s;
-  if (::rename(tmp.c_str(), path().c_str()) != 0) {
-    return Errno(absl::StrCat("rename ", tmp));
+  if (s.ok() && ::rename(tmp.c_str(), path().c_str()) != 0) {
+    s = Errno(absl::StrCat("rename ", tmp));
+  }
+  if (!s.ok()) {
+    ::unlink(tmp.c_str());  // no half-written temp file is left (ENOSPC)
+    return s;
   }
   return FsyncPath(dir_, O_RDONLY | O_DIRECTORY);
 }
@@ -127,6 +130,7 @@ absl::StatusOr<dynmo::v1::CoordinatorState> StateKeeper::Open() {
   if (!loaded.ok()) return loaded.status();
   if (loaded->has_value()) state = **loaded;
   absl::MutexLock lock(&mu_);
+  saved_ = state;
   generation_ = state.generation();
   next_gpu_id_ = state.next_gpu_id() > 0 ? state.next_gpu_id() : 1;
   for (const auto& job : state.jobs()) jobs_[job.name()] = job;
@@ -134,33 +138,75 @@ absl::StatusOr<dynmo::v1::CoordinatorState> StateKeeper::Open() {
   return state;
 }
 
-void StateKeeper::PutJob(const dynmo::v1::JobRecord& job) {
-  absl::MutexLock lock(&mu_);
-  jobs_[job.name()] = job;
+absl::Status StateKeeper::CommitJob(const dynmo::v1::JobRecord& job) {
+  absl::Status s;
+  {
+    absl::MutexLock lock(&mu_);
+    jobs_[job.name()] = job;
+    s = CommitLocked();
+  }
+  return Report(std::move(s));
 }
 
-void StateKeeper::PutPool(const std::vector<dynmo::v1::ReleasedGpu>& pool,
-                          uint64_t next_gpu_id) {
-  absl::MutexLock lock(&mu_);
-  pool_ = pool;
-  next_gpu_id_ = next_gpu_id;
+absl::Status StateKeeper::CommitPool(const std::vector<dynmo::v1::ReleasedGpu>& pool,
+                                     uint64_t next_gpu_id) {
+  absl::Status s;
+  {
+    absl::MutexLock lock(&mu_);
+    pool_ = pool;
+    next_gpu_id_ = next_gpu_id;
+    s = CommitLocked();
+  }
+  return Report(std::move(s));
 }
 
-absl::Status StateKeeper::Commit() {
-  absl::MutexLock lock(&mu_);
-  ++generation_;
-  if (!durable()) return absl::OkStatus();
+absl::Status StateKeeper::RemoveJob(const std::string& name) {
+  absl::Status s;
+  {
+    absl::MutexLock lock(&mu_);
+    jobs_.erase(name);
+    s = CommitLocked();
+  }
+  return Report(std::move(s));
+}
+
+absl::Status StateKeeper::CommitLocked() {
+  if (!durable()) {
+    ++generation_;
+    return absl::OkStatus();
+  }
   dynmo::v1::CoordinatorState state;
-  state.set_generation(generation_);
+  state.set_generation(generation_ + 1);
   state.set_next_gpu_id(next_gpu_id_);
   for (const auto& [name, job] : jobs_) *state.add_jobs() = job;
   for (const auto& gpu : pool_) *state.add_pool() = gpu;
-  return store_.Save(state);
+  if (absl::Status s = store_.Save(state); !s.ok()) {
+    ++failures_;
+    jobs_.clear();
+    for (const auto& job : saved_.jobs()) jobs_[job.name()] = job;
+    pool_.assign(saved_.pool().begin(), saved_.pool().end());
+    next_gpu_id_ = saved_.next_gpu_id() > 0 ? saved_.next_gpu_id() : 1;
+    return absl::UnavailableError(
+        absl::StrCat("state not persisted (", s.message(), ")"));
+  }
+  ++generation_;
+  saved_ = std::move(state);
+  return absl::OkStatus();
+}
+
+absl::Status StateKeeper::Report(absl::Status s) const {
+  if (!s.ok() && on_failure_) on_failure_(s);
+  return s;
 }
 
 uint64_t StateKeeper::commits() const {
   absl::MutexLock lock(&mu_);
   return generation_;
+}
+
+uint64_t StateKeeper::failures() const {
+  absl::MutexLock lock(&mu_);
+  return failures_;
 }
 
 }  // namespace dynmo::service

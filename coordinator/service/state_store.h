@@ -4,15 +4,20 @@
 // after a crash (kill -9, power loss) the file is either the old or the new
 // snapshot, never a torn one.
 //
-// StateKeeper sits on top: jobs and the released pool push their records
-// into it and call Commit(), which writes the whole snapshot before
+// StateKeeper sits on top: a job or the released pool commits its new
+// record (CommitJob / CommitPool), which writes the whole snapshot before
 // returning. Callers commit BEFORE they act on a change (send a plan, answer
 // a claim), which is what makes epochs and pool records survive kill -9.
-// An empty directory path disables persistence (Commit() is a no-op).
+// A commit that fails leaves the keeper as it was after the last good one,
+// so a change its caller refused (and rolled back) is never written by a
+// later commit; each failure is counted and handed to the failure hook.
+// A failed write leaves no temp file behind.
+// An empty directory path disables persistence (commits only count).
 // StateKeeper is thread-safe; lock order is caller's lock -> keeper's lock.
 #ifndef DYNMO_COORDINATOR_SERVICE_STATE_STORE_H_
 #define DYNMO_COORDINATOR_SERVICE_STATE_STORE_H_
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -58,23 +63,40 @@ class StateKeeper {
   // Opens the store and returns what it held (an empty state when new).
   absl::StatusOr<dynmo::v1::CoordinatorState> Open();
 
-  void PutJob(const dynmo::v1::JobRecord& job);
-  void PutPool(const std::vector<dynmo::v1::ReleasedGpu>& pool,
-               uint64_t next_gpu_id);
-  // Writes the snapshot of everything put so far.
-  absl::Status Commit();
+  // Writes the snapshot with `job` (or the pool) as its new record; on an
+  // error nothing changes.
+  absl::Status CommitJob(const dynmo::v1::JobRecord& job);
+  absl::Status CommitPool(const std::vector<dynmo::v1::ReleasedGpu>& pool,
+                          uint64_t next_gpu_id);
+  // Writes the snapshot without the job `name` (a deleted job).
+  absl::Status RemoveJob(const std::string& name);
+
+  // Called (outside the keeper's lock) with each failed commit's error:
+  // the coordinator logs it and counts it in /metrics. Set before use.
+  void SetFailureHook(std::function<void(const absl::Status&)> hook) {
+    on_failure_ = std::move(hook);
+  }
 
   bool durable() const { return !dir_.empty(); }
   uint64_t commits() const;
+  uint64_t failures() const;
 
  private:
+  // Writes the snapshot of the staged records; on failure restores them
+  // from the last good snapshot and returns the error.
+  absl::Status CommitLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Report(absl::Status s) const;
+
   std::string dir_;
   StateStore store_;
+  std::function<void(const absl::Status&)> on_failure_;
   mutable absl::Mutex mu_;
   std::map<std::string, dynmo::v1::JobRecord> jobs_ ABSL_GUARDED_BY(mu_);
   std::vector<dynmo::v1::ReleasedGpu> pool_ ABSL_GUARDED_BY(mu_);
   uint64_t next_gpu_id_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t failures_ ABSL_GUARDED_BY(mu_) = 0;
+  dynmo::v1::CoordinatorState saved_ ABSL_GUARDED_BY(mu_);  // last good one
 };
 
 }  // namespace dynmo::service

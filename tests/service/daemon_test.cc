@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <cstdlib>
@@ -194,6 +195,13 @@ TEST_F(DaemonTest, RepackingReleasesRanksThatCtlReleasedShows) {
   Result plans = Ctl("plans skewed");
   EXPECT_NE(plans.out.find("applied"), std::string::npos) << plans.out;
   EXPECT_NE(plans.out.find("repack"), std::string::npos) << plans.out;
+  // The daemon's log has a line per plan event.
+  const std::string log = Shell("cat " + dir_ + "/coordinator.log").out;
+  for (const char* event : {" dynmo-coordinator: job skewed: plan ", " issued (",
+                            " committed\n", " applied at iteration "}) {
+    EXPECT_NE(log.find(event), std::string::npos) << event << "\n" << log;
+  }
+  EXPECT_NE(log.find("GPUs released"), std::string::npos) << log;
 }
 
 TEST_F(DaemonTest, OneCoordinatorPerAddressAndPerStateDirAndNoBadFlags) {
@@ -219,7 +227,45 @@ TEST_F(DaemonTest, OneCoordinatorPerAddressAndPerStateDirAndNoBadFlags) {
     EXPECT_EQ(r.rc, 2) << flags << ": " << r.out;
     EXPECT_NE(r.out.find("dynmo-coordinator: "), std::string::npos) << flags << ": " << r.out;
   }
+  // A file that is not a certificate: one clear line, no gRPC SSL log.
+  std::ofstream(dir_ + "/junk.pem") << "not a certificate\n";
+  Result junk = Shell(absl::StrCat("timeout 10 ", bin, " --listen=127.0.0.1:0 --tls_cert=",
+                                   dir_, "/junk.pem --tls_key=", dir_, "/junk.pem"));
+  EXPECT_NE(junk.rc, 0) << junk.out;
+  EXPECT_NE(junk.out.find("TLS certificate " + dir_ + "/junk.pem holds no PEM block"),
+            std::string::npos)
+      << junk.out;
+  EXPECT_EQ(std::count(junk.out.begin(), junk.out.end(), '\n'), 1) << junk.out;
   EXPECT_EQ(Ctl("jobs").rc, 0) << "the first coordinator still serves";
+}
+
+TEST_F(DaemonTest, CtlPolicyChangesOnlyTheFlagsGivenAndDeleteForgetsAJob) {
+  StartDaemon();
+  WaitReady();
+  const std::string trace = WriteSkewedTrace(dir_, 10);
+  ASSERT_EQ(Shell(Loadgen("pol", "--trace=" + trace, 10)).rc, 0);
+  ASSERT_EQ(Ctl("policy pol --repack --repack_tolerance=0.25").rc, 0);
+  Result r = Ctl("policy pol --trigger=manual");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  nlohmann::json job = Json(Ctl("job pol", "--json"));
+  const nlohmann::json& policy = job["summary"]["policy"];
+  EXPECT_EQ(policy["trigger"], "manual") << job.dump();
+  EXPECT_EQ(policy["repack"], true) << "--trigger alone reset re-packing: " << job.dump();
+  EXPECT_DOUBLE_EQ(policy["repack_tolerance"].get<double>(), 0.25) << job.dump();
+  Result unknown = Ctl("policy nope --trigger=manual");
+  EXPECT_NE(unknown.rc, 0);
+  EXPECT_NE(unknown.out.find("nope"), std::string::npos) << unknown.out;
+  // The loadgen's ranks are gone: the job can be deleted, and stays gone
+  // across a restart.
+  Result del = Ctl("delete pol");
+  EXPECT_EQ(del.rc, 0) << del.out;
+  EXPECT_NE(del.out.find("job pol deleted"), std::string::npos) << del.out;
+  EXPECT_EQ(Ctl("job pol").rc, 1);
+  EXPECT_EQ(Ctl("delete pol").rc, 1) << "already gone";
+  StopDaemon(SIGKILL);
+  StartDaemon();
+  WaitReady();
+  EXPECT_EQ(Ctl("job pol").rc, 1) << "a deleted job came back after a restart";
 }
 
 TEST_F(DaemonTest, Kill9AndRestartLoseNothing) { Kill9MidRun(""); }

@@ -12,7 +12,9 @@
 #include <fstream>
 #include <limits>
 
+#include "agent/agent.h"
 #include "agent/channel.h"
+#include "agent/host_agent.h"
 #include "coordinator/service/server.h"
 #include "dynmo/v1/agent.grpc.pb.h"
 #include "dynmo/v1/operator.grpc.pb.h"
@@ -292,6 +294,34 @@ TEST_F(GrpcApiTest, TokenGuardsSchedulerOperatorAndAgents) {
   ASSERT_TRUE(Register(Reg(1), "s3cret").ok());
   EXPECT_EQ(Session({hello}, "s3cret").error_code(), grpc::OK)
       << "the stream ends OK when the agent closes it";
+}
+
+TEST_F(GrpcApiTest, AnAgentWithAWrongTokenGivesUpInsteadOfRetrying) {
+  StartServer("s3cret");
+  agent::AgentConfig c;
+  c.coordinator = server_->address();
+  c.job = "api";
+  c.rank = 0;
+  c.pipeline_size = 2;
+  c.num_layers = 4;
+  c.token = "wrong";
+  auto a = agent::Agent::Start(c);
+  ASSERT_TRUE(a.ok()) << a.status();
+  // Returns once the agent gave up, long before the timeout.
+  EXPECT_FALSE((*a)->WaitConnected(absl::Seconds(30)));
+  const agent::AgentStats st = (*a)->stats();
+  EXPECT_TRUE(st.gave_up);
+  EXPECT_EQ(st.connects, 0);
+  EXPECT_NE(st.last_error.find("Register: "), std::string::npos) << st.last_error;
+  agent::HostAgentConfig h;
+  h.coordinator = server_->address();
+  h.token = "wrong";
+  h.ranks = {c};
+  auto host = agent::HostAgent::Start(h);
+  ASSERT_TRUE(host.ok()) << host.status();
+  EXPECT_FALSE((*host)->WaitConnected(absl::Seconds(30)));
+  EXPECT_TRUE((*host)->rank(0).stats().gave_up);
+  ListJobsMustBeEmpty("s3cret");
 }
 
 TEST_F(GrpcApiTest, AnAgentTokenOfItsOwnKeepsOperatorAndAgentCredentialsApart) {

@@ -1,11 +1,16 @@
 #include "coordinator/service/job_state.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
 
 #include "absl/synchronization/mutex.h"
+#include "coordinator/service/job_registry.h"
+#include "coordinator/service/metrics.h"
 #include "gtest/gtest.h"
 
 namespace dynmo::service {
@@ -474,6 +479,108 @@ TEST(JobStateRepackTest, RepackReleasesStagesIntoThePool) {
   EXPECT_EQ(static_cast<int>(released.size()), plan.released_stages_size());
   EXPECT_EQ(job.Summary().active_stages(),
             kStages - plan.released_stages_size());
+}
+
+// ---- Deletion and expiry (JobState::Close, JobRegistry::Delete) ----
+
+class JobDeletionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = TempDir();
+    keeper_ = std::make_unique<StateKeeper>(dir_);
+    ASSERT_TRUE(keeper_->Open().ok());
+    pool_ = std::make_unique<ReleasedPool>(keeper_.get());
+    options_.default_policy.trigger.kind = Trigger::Kind::kManual;
+    registry_ = std::make_unique<JobRegistry>(
+        options_, JobDeps{keeper_.get(), pool_.get(), &metrics_}, 4);
+    for (int r = 0; r < kStages; ++r) {
+      dynmo::v1::RegisterResponse resp;
+      auto job = registry_->Register(Reg(r), &resp);
+      ASSERT_TRUE(job.ok()) << job.status();
+      job_ = *job;
+    }
+    sink_ = std::make_shared<RecordingSink>();
+    ASSERT_TRUE(job_->Attach(0, sink_).ok());
+    ASSERT_TRUE(job_->OnReport(0, Report(0, 1)).ok());
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::string MetricsText() {
+    std::string text;
+    for (const auto& family : metrics_.registry()->Collect()) {
+      for (const auto& m : family.metric) {
+        for (const auto& l : m.label) text += l.name + "=" + l.value + ";";
+      }
+    }
+    return text;
+  }
+
+  std::string dir_;
+  JobOptions options_;
+  CoordinatorMetrics metrics_;
+  std::unique_ptr<StateKeeper> keeper_;
+  std::unique_ptr<ReleasedPool> pool_;
+  std::unique_ptr<JobRegistry> registry_;
+  std::shared_ptr<JobState> job_;
+  std::shared_ptr<RecordingSink> sink_;
+};
+
+TEST_F(JobDeletionTest, AJobWithConnectedRanksIsKeptUnlessForced) {
+  auto refused = registry_->Delete("job", false);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("1 connected ranks"), std::string::npos)
+      << refused.status();
+  EXPECT_TRUE(registry_->Find("job").ok());
+  EXPECT_EQ(registry_->Delete("nope", true).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(JobDeletionTest, ForceDeletionEndsSessionsAndForgetsRecordAndSeries) {
+  EXPECT_NE(MetricsText().find("job=job;"), std::string::npos);
+  auto closed = registry_->Delete("job", true);
+  ASSERT_TRUE(closed.ok()) << closed.status();
+  EXPECT_EQ(*closed, 1);
+  EXPECT_EQ(sink_->closed().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(registry_->Find("job").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(MetricsText().find("job=job;"), std::string::npos)
+      << "the deleted job's series are still exported";
+  // What the deleted job's ranks still hold cannot act on it.
+  const absl::Status late = job_->OnReport(0, Report(0, 2));
+  EXPECT_EQ(late.code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(late.message().find("was deleted"), std::string::npos) << late;
+  // Not in the state dir any more.
+  StateKeeper again(dir_);
+  auto state = again.Open();
+  ASSERT_TRUE(state.ok());
+  EXPECT_EQ(state->jobs_size(), 0);
+  // The name is free: a rank that registers again makes a new job.
+  dynmo::v1::RegisterResponse resp;
+  auto fresh = registry_->Register(Reg(0), &resp);
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  EXPECT_NE(fresh->get(), job_.get());
+  EXPECT_TRUE((*fresh)->OnReport(0, Report(0, 1)).ok());
+}
+
+TEST_F(JobDeletionTest, AnIdleJobExpiresAndAConnectedOneDoesNot) {
+  const absl::Time later = absl::Now() + absl::Hours(25);
+  EXPECT_TRUE(registry_->ExpireIdle(later, absl::Hours(24)).empty())
+      << "rank 0 is still connected";
+  job_->Detach(0, sink_.get());
+  EXPECT_TRUE(registry_->ExpireIdle(absl::Now(), absl::Hours(24)).empty())
+      << "idle for less than the expiry";
+  EXPECT_EQ(registry_->ExpireIdle(later, absl::Hours(24)),
+            std::vector<std::string>{"job"});
+  EXPECT_EQ(registry_->Find("job").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(JobDeletionTest, ADeletionTheStateDirRefusesKeepsTheJob) {
+  job_->Detach(0, sink_.get());
+  ASSERT_EQ(mkdir((dir_ + "/state.pb.tmp").c_str(), 0755), 0);
+  EXPECT_EQ(registry_->Delete("job", false).status().code(), absl::StatusCode::kUnavailable);
+  ASSERT_EQ(rmdir((dir_ + "/state.pb.tmp").c_str()), 0);
+  auto job = registry_->Find("job");
+  ASSERT_TRUE(job.ok());
+  EXPECT_TRUE((*job)->OnReport(0, Report(0, 2)).ok()) << "the job is open again";
+  EXPECT_NE(MetricsText().find("job=job;"), std::string::npos);
 }
 
 }  // namespace

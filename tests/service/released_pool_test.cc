@@ -1,5 +1,8 @@
 #include "coordinator/service/released_pool.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <filesystem>
 
@@ -66,8 +69,29 @@ TEST_F(ReleasedPoolTest, OnlyTheHolderReturns) {
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(pool_->Return({"gpu-1"}, "a").status().code(),
             absl::StatusCode::kFailedPrecondition);  // not claimed
+  auto twice = pool_->Return({"gpu-2", "gpu-2"}, "a");
+  EXPECT_EQ(twice.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(twice.status().message().find("gpu-2: listed twice"), std::string::npos)
+      << twice.status();
   ASSERT_TRUE(pool_->Return({"gpu-2"}, "a").ok());
   EXPECT_EQ(pool_->List("", false).size(), 2u);
+}
+
+TEST_F(ReleasedPoolTest, AClaimTheStateDirRefusesIsNotWrittenLater) {
+  // The temp file cannot be created: the claim is refused...
+  ASSERT_EQ(mkdir((dir_ + "/state.pb.tmp").c_str(), 0755), 0);
+  EXPECT_FALSE(pool_->Claim({"gpu-1"}, "a", 60, absl::Now()).ok());
+  ASSERT_EQ(rmdir((dir_ + "/state.pb.tmp").c_str()), 0);
+  // ... and a later successful commit does not carry it.
+  ASSERT_TRUE(pool_->Claim({"gpu-2"}, "b", 60, absl::Now()).ok());
+  StateKeeper again(dir_);
+  auto state = again.Open();
+  ASSERT_TRUE(state.ok()) << state.status();
+  for (const auto& g : state->pool()) {
+    if (g.id() == "gpu-1") {
+      EXPECT_EQ(g.state(), dynmo::v1::ReleasedGpu::FREE) << "the refused claim came back";
+    }
+  }
 }
 
 TEST_F(ReleasedPoolTest, BadArgumentsAreInvalid) {

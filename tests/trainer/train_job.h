@@ -167,7 +167,7 @@ JobResult RunJobOnce(int world, const std::vector<std::string>& flags,
 
 // RunJobOnce, retried when the rendezvous port was taken between FreePort
 // and the store binding it (parallel ctest runs).
-JobResult RunJob(int world, const std::vector<std::string>& flags,
+[[maybe_unused]] JobResult RunJob(int world, const std::vector<std::string>& flags,
                  std::chrono::seconds timeout = std::chrono::seconds(180),
                  int kill_rank = -1, int kill_after_iters = 0) {
   JobResult r;
