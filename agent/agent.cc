@@ -252,6 +252,10 @@ class Agent::Impl {
     AgentMessage hello;
     hello.mutable_hello()->set_job(config_.job);
     hello.mutable_hello()->set_rank(config_.rank);
+    {
+      absl::MutexLock lock(&mu_);
+      hello.mutable_hello()->set_session_key(state_.session_key());
+    }
     int64_t connects_before = 0;
     {
       absl::MutexLock lock(&mu_);
@@ -268,6 +272,9 @@ class Agent::Impl {
         if (stop_) live_ctx_->TryCancel();
       }
     }
+    // What was queued while session_ was still unset (the hello may have
+    // been written already, so no write completion would pump it).
+    Kick();
     session->WaitDone();
     absl::MutexLock lock(&mu_);
     live_ctx_ = nullptr;

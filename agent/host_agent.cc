@@ -315,6 +315,7 @@ class HostCore {
       for (size_t i = 0; i < ranks_.size() &&
                          static_cast<int>(i) < resp.ranks_size(); ++i) {
         ranks_[i].OnRegistered(resp.ranks(static_cast<int>(i)));
+        hello.mutable_hello()->add_session_keys(ranks_[i].session_key());
       }
     }
     int64_t connects_before = 0;
@@ -333,6 +334,9 @@ class HostCore {
         if (stop_) live_ctx_->TryCancel();
       }
     }
+    // What was queued while session_ was still unset (the hello may have
+    // been written already, so no write completion would pump it).
+    Kick();
     session->WaitDone();
     absl::MutexLock lock(&mu_);
     live_ctx_ = nullptr;

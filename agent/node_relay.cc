@@ -130,7 +130,9 @@ class NodeRelay::Impl final : public dynmo::v1::AgentService::CallbackService {
           stub_->async()->Register(c, request, response, std::move(done));
         },
         // Before the answer: the rank's Session hello may follow at once.
-        [this, rank] { registered_.insert(rank); });  // under mu_
+        [this, rank, response] {  // under mu_
+          registered_[rank] = response->session_key();
+        });
   }
 
   // Forwards one unary call upstream as it is (the answer or the error
@@ -315,12 +317,13 @@ class NodeRelay::Impl final : public dynmo::v1::AgentService::CallbackService {
   class UpSession final
       : public grpc::ClientBidiReactor<HostMessage, HostCoordinatorMessage> {
    public:
-    UpSession(Impl* relay, std::vector<int> ranks)
+    UpSession(Impl* relay, std::vector<int> ranks, std::vector<std::string> keys)
         : relay_(relay), ranks_(std::move(ranks)) {
       auto* hello = out_.mutable_hello();
       hello->set_job(relay_->config_.job);
       hello->set_host(relay_->host_);
       for (int r : ranks_) hello->add_ranks(r);
+      for (std::string& k : keys) hello->add_session_keys(std::move(k));
     }
 
     // Starts the call; reactions may run before it returns.
@@ -407,6 +410,7 @@ class NodeRelay::Impl final : public dynmo::v1::AgentService::CallbackService {
   // A rank's session and its messages waiting to go upstream.
   struct Member {
     std::shared_ptr<Outbox> out;  // null once the rank's session ended
+    std::string session_key;      // the rank's, from its hello
     std::deque<dynmo::v1::PlanAck> acks;
     std::deque<dynmo::v1::IterationReport> reports;
   };
@@ -433,14 +437,21 @@ class NodeRelay::Impl final : public dynmo::v1::AgentService::CallbackService {
                            "', not '", m.hello().job(), "'"));
         }
         const int r = m.hello().rank();
-        if (!registered_.contains(r)) {
+        auto reg = registered_.find(r);
+        if (reg == registered_.end()) {
           return absl::FailedPreconditionError(absl::StrCat(
               "rank ", r, " of job ", config_.job,
               " must call Register (through this relay) before opening a session"));
         }
+        if (m.hello().session_key() != reg->second) {
+          return absl::PermissionDeniedError(absl::StrCat(
+              "the session key of rank ", r,
+              " is not the one its newest Register issued (register again)"));
+        }
         Member& member = members_[r];
         replaced = std::move(member.out);
         member.out = out;
+        member.session_key = m.hello().session_key();
         *rank = r;
         MarkChangedLocked();
       } else if (m.has_report()) {
@@ -621,12 +632,14 @@ class NodeRelay::Impl final : public dynmo::v1::AgentService::CallbackService {
       }
     }
     std::sort(ranks.begin(), ranks.end());
+    std::vector<std::string> keys;
+    for (int r : ranks) keys.push_back(members_[r].session_key);
     UpSession* old = current_;
     current_ = nullptr;
     if (old != nullptr) retired_.push_back(old);
     UpSession* fresh = nullptr;
     if (!ranks.empty()) {
-      fresh = new UpSession(this, std::move(ranks));
+      fresh = new UpSession(this, std::move(ranks), std::move(keys));
       current_ = fresh;
     }
     const std::string token = UpstreamTokenLocked();
@@ -666,7 +679,8 @@ class NodeRelay::Impl final : public dynmo::v1::AgentService::CallbackService {
   bool changed_ ABSL_GUARDED_BY(mu_) = false;  // ranks attached or left
   absl::Time changed_at_ ABSL_GUARDED_BY(mu_);
   std::string caller_token_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_set<int> registered_ ABSL_GUARDED_BY(mu_);
+  // Ranks registered through us since the last break, with their keys.
+  absl::flat_hash_map<int, std::string> registered_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<grpc::ClientContext*> forwarding_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<int, Member> members_ ABSL_GUARDED_BY(mu_);
   // Kept across sessions and upstream breaks: progress is the rank's.

@@ -255,6 +255,7 @@ dynmo::v1::RegisterRequest RankState::MakeRegisterRequest() const {
 
 void RankState::OnRegistered(const dynmo::v1::RegisterResponse& response) {
   released_ = response.released();
+  session_key_ = response.session_key();
 }
 
 AgentStats RankState::Stats(bool connected) const {

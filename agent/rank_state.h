@@ -56,6 +56,8 @@ class RankState {
   // What to (re)register with: layout, applied and held epochs.
   dynmo::v1::RegisterRequest MakeRegisterRequest() const;
   void OnRegistered(const dynmo::v1::RegisterResponse& response);
+  // The key to present in the session's hello (the newest Register's).
+  const std::string& session_key() const { return session_key_; }
 
   // Outgoing queues, oldest first. The transport pops from them.
   std::deque<dynmo::v1::PlanAck>& acks() { return acks_; }
@@ -84,6 +86,7 @@ class RankState {
   std::vector<int> boundaries_;
   std::vector<int> active_stages_;
   bool released_ = false;
+  std::string session_key_;  // from the newest RegisterResponse
   std::optional<dynmo::v1::Plan> pending_;
   bool committed_ = false;
   uint64_t settled_epoch_ = 0;

@@ -89,7 +89,10 @@ if [[ $rows == all || $rows == 4096 ]]; then
 fi
 if [[ $rows == relay ]]; then
   # 4,096 ranks, each its own Agent, through 512 node relays of 8 ranks
-  # (what dynmo-launch runs per node): 512 upstream streams.
+  # (what dynmo-launch runs per node): 512 upstream streams; beside them the
+  # same ranks as 512 in-process HostAgents, and as 4,096 direct sessions.
+  run 4096 512 200 100 two-phase 8
+  run 4096 512 200 100 two-phase 1
   run 4096 512 200 100 two-phase 1 8
   run 4096 512 200 100 in-band 1 8
   exit 0

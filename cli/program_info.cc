@@ -16,6 +16,8 @@
 
 namespace dynmo::cli {
 
+std::string Version() { return DYNMO_VERSION; }
+
 std::string VersionLine(absl::string_view program) {
   return absl::StrCat(program, " (DynMo) ", DYNMO_VERSION);
 }

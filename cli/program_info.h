@@ -12,6 +12,9 @@
 
 namespace dynmo::cli {
 
+// The project's version ("0.6.0").
+std::string Version();
+
 // "<program> (DynMo) <version>".
 std::string VersionLine(absl::string_view program);
 

@@ -81,7 +81,8 @@ class SessionReactor final
       absl::StatusOr<std::shared_ptr<JobState>> job =
           coordinator_->jobs().Find(in_.hello().job());
       if (!job.ok()) return job.status();
-      if (absl::Status s = (*job)->Attach(in_.hello().rank(), outbox_);
+      if (absl::Status s = (*job)->Attach(in_.hello().rank(),
+                                          in_.hello().session_key(), outbox_);
           !s.ok()) {
         return s;
       }
@@ -123,13 +124,14 @@ grpc::ServerUnaryReactor* AgentServiceImpl::Register(
     const dynmo::v1::RegisterRequest* request,
     dynmo::v1::RegisterResponse* response) {
   auto* reactor = context->DefaultReactor();
-  if (grpc::Status s = auth_->Check(*context); !s.ok()) {
+  Principal caller;
+  if (grpc::Status s = auth_->CheckStatus(*context, Role::kAgent, &caller); !s.ok()) {
     coordinator_->metrics().RpcError("Register", GrpcCodeName(s.error_code()));
     reactor->Finish(s);
     return reactor;
   }
-  absl::StatusOr<std::shared_ptr<JobState>> job =
-      coordinator_->jobs().Register(*request, response);
+  absl::StatusOr<std::shared_ptr<JobState>> job = coordinator_->jobs().Register(
+      *request, response, caller.identified ? caller.name : "");
   if (!job.ok()) {
     coordinator_->metrics().RpcError(
         "Register",
@@ -141,7 +143,7 @@ grpc::ServerUnaryReactor* AgentServiceImpl::Register(
 
 grpc::ServerBidiReactor<AgentMessage, CoordinatorMessage>*
 AgentServiceImpl::Session(grpc::CallbackServerContext* context) {
-  if (grpc::Status s = auth_->Check(*context); !s.ok()) {
+  if (grpc::Status s = auth_->CheckStatus(*context, Role::kAgent); !s.ok()) {
     coordinator_->metrics().RpcError("Session", GrpcCodeName(s.error_code()));
     return new RefusedStream<AgentMessage, CoordinatorMessage>(s);
   }
@@ -153,13 +155,14 @@ grpc::ServerUnaryReactor* AgentServiceImpl::RegisterHost(
     const dynmo::v1::RegisterHostRequest* request,
     dynmo::v1::RegisterHostResponse* response) {
   auto* reactor = context->DefaultReactor();
-  if (grpc::Status s = auth_->Check(*context); !s.ok()) {
+  Principal caller;
+  if (grpc::Status s = auth_->CheckStatus(*context, Role::kAgent, &caller); !s.ok()) {
     coordinator_->metrics().RpcError("RegisterHost", GrpcCodeName(s.error_code()));
     reactor->Finish(s);
     return reactor;
   }
-  absl::StatusOr<std::shared_ptr<JobState>> job =
-      coordinator_->jobs().RegisterHost(*request, response);
+  absl::StatusOr<std::shared_ptr<JobState>> job = coordinator_->jobs().RegisterHost(
+      *request, response, caller.identified ? caller.name : "");
   if (!job.ok()) {
     response->Clear();
     coordinator_->metrics().RpcError(
@@ -173,7 +176,7 @@ grpc::ServerUnaryReactor* AgentServiceImpl::RegisterHost(
 grpc::ServerBidiReactor<dynmo::v1::HostMessage,
                         dynmo::v1::HostCoordinatorMessage>*
 AgentServiceImpl::HostSession(grpc::CallbackServerContext* context) {
-  if (grpc::Status s = auth_->Check(*context); !s.ok()) {
+  if (grpc::Status s = auth_->CheckStatus(*context, Role::kAgent); !s.ok()) {
     coordinator_->metrics().RpcError("HostSession", GrpcCodeName(s.error_code()));
     return new RefusedStream<dynmo::v1::HostMessage, dynmo::v1::HostCoordinatorMessage>(s);
   }

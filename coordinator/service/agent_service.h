@@ -21,7 +21,7 @@ class AgentServiceImpl final : public dynmo::v1::AgentService::CallbackService {
  public:
   // `auth` (not owned) gates every RPC: a call without the agents' bearer
   // token ends UNAUTHENTICATED before it touches any job.
-  AgentServiceImpl(Coordinator* coordinator, const BearerAuth* auth)
+  AgentServiceImpl(Coordinator* coordinator, const Authenticator* auth)
       : coordinator_(coordinator), auth_(auth) {}
 
   grpc::ServerUnaryReactor* Register(
@@ -44,7 +44,7 @@ class AgentServiceImpl final : public dynmo::v1::AgentService::CallbackService {
 
  private:
   Coordinator* coordinator_;
-  const BearerAuth* auth_;
+  const Authenticator* auth_;
 };
 
 }  // namespace dynmo::service

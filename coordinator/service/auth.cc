@@ -1,47 +1,213 @@
 #include "coordinator/service/auth.h"
 
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "grpcpp/security/auth_context.h"
 
 namespace dynmo::service {
+namespace {
 
-absl::StatusOr<BearerAuth> BearerAuth::FromFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
-    return absl::NotFoundError(absl::StrCat("cannot read token file ", path));
+constexpr uint32_t kAllRoles = static_cast<uint32_t>(Role::kAgent) |
+                               static_cast<uint32_t>(Role::kOperator) |
+                               static_cast<uint32_t>(Role::kScheduler);
+
+const char* RoleName(Role r) {
+  switch (r) {
+    case Role::kAgent: return "agent";
+    case Role::kOperator: return "operator";
+    case Role::kScheduler: return "scheduler";
   }
-  std::stringstream buf;
-  buf << in.rdbuf();
-  std::string token(absl::StripAsciiWhitespace(buf.str()));
-  if (token.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("token file ", path, " is empty"));
-  }
-  return BearerAuth(std::move(token));
+  return "?";
 }
 
-grpc::Status BearerAuth::Check(const grpc::ServerContextBase& context) const {
-  if (token_.empty()) return grpc::Status::OK;
-  const auto& md = context.client_metadata();
-  auto it = md.find("authorization");
-  if (it == md.end()) {
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                        "missing 'authorization: Bearer <token>' metadata");
+absl::StatusOr<std::string> ReadFile(const std::string& path, const char* what) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", what, " ", path));
+  std::stringstream buf;
+  buf << in.rdbuf();
+  return buf.str();
+}
+
+absl::StatusOr<std::string> ReadToken(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadFile(path, "token file");
+  if (!text.ok()) return text.status();
+  std::string token(absl::StripAsciiWhitespace(*text));
+  if (token.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("token file ", path, " is empty"));
   }
-  const std::string got(it->second.data(), it->second.size());
-  const std::string want = "Bearer " + token_;
-  // Constant-time over the expected length: no early exit on a mismatch.
+  return token;
+}
+
+// Equal in time that depends only on `want`'s length.
+bool ConstantTimeEquals(absl::string_view got, absl::string_view want) {
   unsigned char diff = got.size() == want.size() ? 0 : 1;
   for (size_t i = 0; i < want.size(); ++i) {
     const unsigned char g = i < got.size() ? got[i] : 0;
     diff |= static_cast<unsigned char>(g ^ want[i]);
   }
-  if (diff != 0) {
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "wrong bearer token");
+  return diff == 0;
+}
+
+// One log line per refused call, at most 10 a minute (a flood of bad
+// credentials must not flood the log); the lines a window dropped are
+// counted in the next one.
+void LogRefusal(const grpc::ServerContextBase& context, Role role, const absl::Status& s) {
+  static absl::Mutex mu(absl::kConstInit);
+  static absl::Time window ABSL_GUARDED_BY(mu);
+  static int logged ABSL_GUARDED_BY(mu) = 0;
+  static int dropped ABSL_GUARDED_BY(mu) = 0;
+  absl::MutexLock lock(&mu);
+  const absl::Time now = absl::Now();
+  if (now - window > absl::Minutes(1)) {
+    window = now;
+    logged = 0;
   }
+  if (logged >= 10) {
+    ++dropped;
+    return;
+  }
+  ++logged;
+  std::fprintf(stderr, "dynmo-coordinator: refused a%s %s call from %s: %s%s\n",
+               role == Role::kAgent || role == Role::kOperator ? "n" : "", RoleName(role),
+               context.peer().c_str(), std::string(s.message()).c_str(),
+               dropped > 0 ? absl::StrCat(" (", dropped, " more refusals not logged)").c_str()
+                           : "");
+  dropped = 0;
+}
+
+}  // namespace
+
+absl::StatusOr<Authenticator> Authenticator::ParsePrincipals(const std::string& text,
+                                                             const std::string& source) {
+  Authenticator auth;
+  int line_no = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    ++line_no;
+    line = absl::StripAsciiWhitespace(line.substr(0, line.find('#')));
+    if (line.empty()) continue;
+    std::vector<absl::string_view> f =
+        absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
+    auto bad = [&](const std::string& why) {
+      return absl::InvalidArgumentError(absl::StrCat(source, ":", line_no, ": ", why));
+    };
+    if (f.size() != 3) return bad("want <token or x509:identity> <name> <roles>");
+    Principal p;
+    p.name = std::string(f[1]);
+    p.identified = true;
+    for (absl::string_view r : absl::StrSplit(f[2], ',')) {
+      if (r == "agent") {
+        p.roles |= static_cast<uint32_t>(Role::kAgent);
+      } else if (r == "operator") {
+        p.roles |= static_cast<uint32_t>(Role::kOperator);
+      } else if (r == "scheduler") {
+        p.roles |= static_cast<uint32_t>(Role::kScheduler);
+      } else {
+        return bad(absl::StrCat("unknown role '", r, "' (agent, operator, scheduler)"));
+      }
+    }
+    absl::string_view credential = f[0];
+    if (absl::ConsumePrefix(&credential, "x509:")) {
+      if (credential.empty()) return bad("empty x509 identity");
+      if (!auth.x509_.emplace(std::string(credential), p).second) {
+        return bad(absl::StrCat("x509 identity '", credential, "' listed twice"));
+      }
+      continue;
+    }
+    if (credential.size() < 16) return bad("a token must be at least 16 characters");
+    for (const auto& [token, other] : auth.tokens_) {
+      if (token == credential) return bad("token listed twice");
+    }
+    auth.AddToken(std::string(credential), std::move(p));
+  }
+  if (!auth.enabled()) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": no principal"));
+  }
+  return auth;
+}
+
+absl::StatusOr<Authenticator> Authenticator::FromFiles(const std::string& principals_file,
+                                                       const std::string& token_file,
+                                                       const std::string& agent_token_file) {
+  if (!principals_file.empty()) {
+    if (!token_file.empty() || !agent_token_file.empty()) {
+      return absl::InvalidArgumentError(
+          "--principals_file replaces --token_file and --agent_token_file: give one");
+    }
+    absl::StatusOr<std::string> text = ReadFile(principals_file, "principals file");
+    if (!text.ok()) return text.status();
+    return ParsePrincipals(*text, principals_file);
+  }
+  Authenticator auth;
+  if (!token_file.empty()) {
+    absl::StatusOr<std::string> token = ReadToken(token_file);
+    if (!token.ok()) return token.status();
+    Principal p{"operator", kAllRoles, false};
+    if (!agent_token_file.empty()) p.roles &= ~static_cast<uint32_t>(Role::kAgent);
+    auth.AddToken(*token, std::move(p));
+  }
+  if (!agent_token_file.empty()) {
+    absl::StatusOr<std::string> token = ReadToken(agent_token_file);
+    if (!token.ok()) return token.status();
+    auth.AddToken(*token, Principal{"agents", static_cast<uint32_t>(Role::kAgent), false});
+  }
+  return auth;
+}
+
+absl::StatusOr<Principal> Authenticator::Check(const grpc::ServerContextBase& context,
+                                               Role role) const {
+  if (!enabled()) return Principal{"anonymous", kAllRoles, false};
+  const Principal* found = nullptr;
+  const auto& md = context.client_metadata();
+  if (auto it = md.find("authorization"); it != md.end()) {
+    absl::string_view value(it->second.data(), it->second.size());
+    if (!absl::ConsumePrefix(&value, "Bearer ")) {
+      return absl::UnauthenticatedError("the authorization metadata is not 'Bearer <token>'");
+    }
+    // Every entry is compared, whatever matches: no timing says which.
+    for (const auto& [token, p] : tokens_) {
+      if (ConstantTimeEquals(value, token) && found == nullptr) found = &p;
+    }
+    if (found == nullptr) return absl::UnauthenticatedError("wrong bearer token");
+  } else if (!x509_.empty() && context.auth_context() != nullptr) {
+    for (const grpc::string_ref& id : context.auth_context()->GetPeerIdentity()) {
+      auto it = x509_.find(std::string(id.data(), id.size()));
+      if (it != x509_.end()) {
+        found = &it->second;
+        break;
+      }
+    }
+    if (found == nullptr) {
+      return absl::UnauthenticatedError(
+          "no bearer token, and the client certificate names no known principal");
+    }
+  } else {
+    return absl::UnauthenticatedError("missing 'authorization: Bearer <token>' metadata");
+  }
+  if (!found->Has(role)) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "principal '", found->name, "' lacks the ", RoleName(role), " role"));
+  }
+  return *found;
+}
+
+grpc::Status Authenticator::CheckStatus(const grpc::ServerContextBase& context, Role role,
+                                        Principal* principal) const {
+  absl::StatusOr<Principal> p = Check(context, role);
+  if (!p.ok()) {
+    LogRefusal(context, role, p.status());
+    return grpc::Status(static_cast<grpc::StatusCode>(p.status().code()),
+                        std::string(p.status().message()));
+  }
+  if (principal != nullptr) *principal = *std::move(p);
   return grpc::Status::OK;
 }
 

@@ -10,7 +10,7 @@ Coordinator::Coordinator(const CoordinatorOptions& options)
       keeper_(options.state_dir),
       pool_(&keeper_),
       registry_(options.job, JobDeps{&keeper_, &pool_, &metrics_},
-                options.max_jobs) {}
+                options.max_jobs, options.max_jobs_per_principal) {}
 
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
     const CoordinatorOptions& options) {

@@ -25,6 +25,7 @@ struct CoordinatorOptions {
   std::string state_dir;  // empty: nothing survives a restart
   JobOptions job;
   int max_jobs = 1024;
+  int max_jobs_per_principal = 64;  // per named principal (auth.h); 0: no cap
   absl::Duration tick = absl::Milliseconds(20);
   // A job with no connected rank and no activity for this long is deleted
   // (its record, its metric series); InfiniteDuration: never.

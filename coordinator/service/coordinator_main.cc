@@ -57,6 +57,11 @@ ABSL_FLAG(double, migration_bandwidth, 10e9,
 ABSL_FLAG(double, auto_noise_sigmas, 3.0,
           "auto trigger: a gain must be this many standard deviations of the "
           "measured timing noise (0 = ignore noise)");
+ABSL_FLAG(std::string, principals_file, "",
+          "named principals: one '<token or x509:identity> <name> "
+          "<agent,operator,scheduler>' per line; every RPC needs a principal "
+          "with its service's role, and a scheduler's lease holder is its "
+          "name (replaces --token_file and --agent_token_file)");
 ABSL_FLAG(std::string, agent_token_file, "",
           "bearer token every AgentService RPC (trainer ranks) must carry; "
           "empty: --token_file's");
@@ -64,6 +69,8 @@ ABSL_FLAG(std::string, port_file, "",
           "once listening, write the gRPC port to this file (atomically: "
           "FILE.tmp, then renamed), for a parent that asked for port 0");
 ABSL_FLAG(int, max_jobs, 1024, "jobs served at most");
+ABSL_FLAG(int, max_jobs_per_principal, 64,
+          "jobs one named principal (--principals_file) may create (0: no cap)");
 ABSL_FLAG(double, job_expiry_s, 86400,
           "delete a job after this many seconds with no connected rank and "
           "no registration, report or ack (0: never)");
@@ -138,9 +145,15 @@ int main(int argc, char** argv) {
               absl::GetFlag(FLAGS_tls_client_ca)};
   opts.token_file = absl::GetFlag(FLAGS_token_file);
   opts.agent_token_file = absl::GetFlag(FLAGS_agent_token_file);
+  opts.principals_file = absl::GetFlag(FLAGS_principals_file);
   opts.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   opts.coordinator.state_dir = absl::GetFlag(FLAGS_state_dir);
   opts.coordinator.max_jobs = absl::GetFlag(FLAGS_max_jobs);
+  opts.coordinator.max_jobs_per_principal = absl::GetFlag(FLAGS_max_jobs_per_principal);
+  if (opts.coordinator.max_jobs_per_principal < 0) {
+    std::fprintf(stderr, "dynmo-coordinator: --max_jobs_per_principal must be >= 0\n");
+    return 2;
+  }
   const double expiry_s = absl::GetFlag(FLAGS_job_expiry_s);
   if (!(expiry_s >= 0 && expiry_s <= 1e9)) {
     std::fprintf(stderr, "dynmo-coordinator: --job_expiry_s must be in [0, 1e9]\n");

@@ -128,7 +128,9 @@ class HostSessionReactor final
     auto outbox = std::make_shared<HostOutbox>(this, hello.host(), ranks);
     // Installed before attaching: once attached, the job may write to it.
     outbox_ = outbox;
-    if (absl::Status s = (*job)->AttachHost(ranks, outbox); !s.ok()) return s;
+    const std::vector<std::string> keys(hello.session_keys().begin(),
+                                        hello.session_keys().end());
+    if (absl::Status s = (*job)->AttachHost(ranks, keys, outbox); !s.ok()) return s;
     job_ = *job;
     ranks_ = std::move(ranks);
     carried_.insert(ranks_.begin(), ranks_.end());

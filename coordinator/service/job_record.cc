@@ -8,6 +8,7 @@ dynmo::v1::JobRecord MakeJobRecord(const JobParts& job) {
   dynmo::v1::JobRecord rec;
   job.roster.ToRecord(&rec);
   job.protocol.ToRecord(&rec);
+  rec.set_owner(job.owner);
   rec.set_microbatches(job.layout.microbatches);
   rec.set_schedule(core::ScheduleName(job.layout.schedule));
   *rec.mutable_policy() = PolicyToProto(job.rebalancer.policy());
@@ -21,6 +22,7 @@ dynmo::v1::JobSummary MakeJobSummary(const JobParts& job) {
   const int active = static_cast<int>(job.layout.active_stages.size());
   dynmo::v1::JobSummary s;
   s.set_name(shape.job);
+  s.set_owner(job.owner);
   s.set_pipeline_size(shape.pipeline_size);
   s.set_data_parallel_size(shape.data_parallel_size);
   s.set_num_layers(shape.num_layers);

@@ -26,6 +26,7 @@ struct JobParts {
   const JobLayout& layout;
   const Rebalancer& rebalancer;
   int64_t reports = 0;  // iteration reports received
+  const std::string& owner;  // the principal that created the job, if named
 };
 
 dynmo::v1::JobRecord MakeJobRecord(const JobParts& job);

@@ -14,9 +14,9 @@ void JobRegistry::Restore(const dynmo::v1::CoordinatorState& state) {
 
 absl::StatusOr<std::shared_ptr<JobState>> JobRegistry::Register(
     const dynmo::v1::RegisterRequest& request,
-    dynmo::v1::RegisterResponse* response) {
+    dynmo::v1::RegisterResponse* response, const std::string& caller) {
   if (absl::Status s = ValidateRegister(request); !s.ok()) return s;
-  absl::StatusOr<std::shared_ptr<JobState>> job = FindOrCreate(request);
+  absl::StatusOr<std::shared_ptr<JobState>> job = FindOrCreate(request, caller);
   if (!job.ok()) return job.status();
   if (absl::Status s = (*job)->Register(request, response); !s.ok()) return s;
   return job;
@@ -24,10 +24,10 @@ absl::StatusOr<std::shared_ptr<JobState>> JobRegistry::Register(
 
 absl::StatusOr<std::shared_ptr<JobState>> JobRegistry::RegisterHost(
     const dynmo::v1::RegisterHostRequest& request,
-    dynmo::v1::RegisterHostResponse* response) {
+    dynmo::v1::RegisterHostResponse* response, const std::string& caller) {
   if (absl::Status s = ValidateRegisterHost(request); !s.ok()) return s;
   // The request is consistent in itself, so a job it creates accepts it.
-  absl::StatusOr<std::shared_ptr<JobState>> job = FindOrCreate(request.ranks(0));
+  absl::StatusOr<std::shared_ptr<JobState>> job = FindOrCreate(request.ranks(0), caller);
   if (!job.ok()) return job.status();
   std::vector<dynmo::v1::RegisterResponse> responses;
   if (absl::Status s = (*job)->RegisterMany(request.ranks(), &responses);
@@ -39,15 +39,31 @@ absl::StatusOr<std::shared_ptr<JobState>> JobRegistry::RegisterHost(
 }
 
 absl::StatusOr<std::shared_ptr<JobState>> JobRegistry::FindOrCreate(
-    const dynmo::v1::RegisterRequest& first) {
+    const dynmo::v1::RegisterRequest& first, const std::string& caller) {
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(first.job());
-  if (it != jobs_.end()) return it->second;
+  if (it != jobs_.end()) {
+    const std::string& owner = it->second->owner();
+    if (!caller.empty() && !owner.empty() && caller != owner) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "job ", first.job(), " belongs to principal '", owner, "', not '", caller, "'"));
+    }
+    return it->second;
+  }
   if (static_cast<int>(jobs_.size()) >= max_jobs_) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "the coordinator already serves ", max_jobs_, " jobs"));
   }
-  auto job = std::make_shared<JobState>(first, options_, deps_);
+  if (!caller.empty() && max_jobs_per_owner_ > 0) {
+    int owned = 0;
+    for (const auto& [name, job] : jobs_) owned += job->owner() == caller ? 1 : 0;
+    if (owned >= max_jobs_per_owner_) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "principal '", caller, "' already has ", owned,
+          " jobs (--max_jobs_per_principal); delete one first"));
+    }
+  }
+  auto job = std::make_shared<JobState>(first, options_, deps_, caller);
   jobs_[first.job()] = job;
   return job;
 }

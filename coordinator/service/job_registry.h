@@ -20,23 +20,28 @@ namespace dynmo::service {
 
 class JobRegistry {
  public:
-  JobRegistry(const JobOptions& options, JobDeps deps, int max_jobs)
-      : options_(options), deps_(deps), max_jobs_(max_jobs) {}
+  // `max_jobs_per_owner` > 0 caps the jobs one named principal creates.
+  JobRegistry(const JobOptions& options, JobDeps deps, int max_jobs,
+              int max_jobs_per_owner = 0)
+      : options_(options), deps_(deps), max_jobs_(max_jobs),
+        max_jobs_per_owner_(max_jobs_per_owner) {}
 
   // Recreates the jobs of a snapshot (once, before serving).
   void Restore(const dynmo::v1::CoordinatorState& state);
 
-  // Validates the request, creates the job on first sight, registers the
-  // rank. RESOURCE_EXHAUSTED when the job limit is reached.
+  // Validates the request, creates the job on first sight (owned by
+  // `caller`, a named principal or empty), registers the rank.
+  // RESOURCE_EXHAUSTED when the job limit (or the caller's) is reached;
+  // PERMISSION_DENIED for a named caller in another principal's job.
   absl::StatusOr<std::shared_ptr<JobState>> Register(
       const dynmo::v1::RegisterRequest& request,
-      dynmo::v1::RegisterResponse* response);
+      dynmo::v1::RegisterResponse* response, const std::string& caller = "");
 
   // RegisterHost: validates the whole request first (ValidateRegisterHost),
   // creates the job on first sight, registers every rank or none.
   absl::StatusOr<std::shared_ptr<JobState>> RegisterHost(
       const dynmo::v1::RegisterHostRequest& request,
-      dynmo::v1::RegisterHostResponse* response);
+      dynmo::v1::RegisterHostResponse* response, const std::string& caller = "");
 
   // NOT_FOUND names the job.
   absl::StatusOr<std::shared_ptr<JobState>> Find(const std::string& name) const;
@@ -54,11 +59,12 @@ class JobRegistry {
 
  private:
   absl::StatusOr<std::shared_ptr<JobState>> FindOrCreate(
-      const dynmo::v1::RegisterRequest& first);
+      const dynmo::v1::RegisterRequest& first, const std::string& caller);
 
   const JobOptions options_;
   const JobDeps deps_;
   const int max_jobs_;
+  const int max_jobs_per_owner_;
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<JobState>> jobs_ ABSL_GUARDED_BY(mu_);
 };

@@ -33,8 +33,9 @@ class JobState::FlushOnExit {
 };
 
 JobState::JobState(JobShape shape, const JobOptions& options, JobDeps deps,
-                   uint64_t epoch)
+                   uint64_t epoch, std::string owner)
     : name_(shape.job),
+      owner_(std::move(owner)),
       deps_(deps),
       metrics_(deps.metrics != nullptr ? deps.metrics->ForJob(name_) : nullptr),
       options_(options),
@@ -47,10 +48,11 @@ JobState::JobState(JobShape shape, const JobOptions& options, JobDeps deps,
                 shape.pipeline_size * shape.data_parallel_size, epoch) {}
 
 JobState::JobState(const dynmo::v1::RegisterRequest& first,
-                   const JobOptions& options, JobDeps deps)
+                   const JobOptions& options, JobDeps deps, std::string owner)
     // A rank that already ran plans (the coordinator lost its state dir)
     // sets the floor for the epochs: they must never go backwards.
-    : JobState(ShapeOf(first.job(), first), options, deps, first.applied_epoch()) {
+    : JobState(ShapeOf(first.job(), first), options, deps, first.applied_epoch(),
+               std::move(owner)) {
   absl::MutexLock lock(&mu_);
   layout_ = StartingLayout(
       first.microbatches(), first.schedule(),
@@ -61,7 +63,7 @@ JobState::JobState(const dynmo::v1::RegisterRequest& first,
 
 JobState::JobState(const dynmo::v1::JobRecord& record,
                    const JobOptions& options, JobDeps deps)
-    : JobState(ShapeOf(record.name(), record), options, deps, 0) {
+    : JobState(ShapeOf(record.name(), record), options, deps, 0, record.owner()) {
   absl::MutexLock lock(&mu_);
   layout_ = StartingLayout(
       record.microbatches(), record.schedule(),
@@ -106,6 +108,8 @@ absl::Status JobState::RegisterMany(
   for (int i = 0; i < requests.size(); ++i) {
     (*responses)[static_cast<size_t>(i)] =
         MakeRegisterResponse(PartsLocked(), requests[i].rank());
+    (*responses)[static_cast<size_t>(i)].set_session_key(
+        roster_.session_key(requests[i].rank()));
   }
   return adopted ? PersistLocked() : absl::OkStatus();
 }
@@ -131,11 +135,12 @@ bool JobState::ApplyRegisterLocked(const dynmo::v1::RegisterRequest& request) {
   return adopted;
 }
 
-absl::Status JobState::Attach(int rank, std::shared_ptr<SessionSink> sink) {
+absl::Status JobState::Attach(int rank, absl::string_view session_key,
+                              std::shared_ptr<SessionSink> sink) {
   FlushOnExit flush(this);
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckOpenLocked(); !s.ok()) return s;
-  if (absl::Status s = roster_.CheckAttach(rank); !s.ok()) return s;
+  if (absl::Status s = roster_.CheckAttach(rank, session_key); !s.ok()) return s;
   const int one[] = {rank};
   // Closed after the lock is released: gRPC may run OnDone inline, and
   // OnDone detaches from this job.
@@ -145,11 +150,14 @@ absl::Status JobState::Attach(int rank, std::shared_ptr<SessionSink> sink) {
 }
 
 absl::Status JobState::AttachHost(absl::Span<const int> ranks,
+                                  absl::Span<const std::string> session_keys,
                                   std::shared_ptr<SessionSink> sink) {
   FlushOnExit flush(this);
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckOpenLocked(); !s.ok()) return s;
-  if (absl::Status s = roster_.CheckAttachHost(ranks, *sink); !s.ok()) return s;
+  if (absl::Status s = roster_.CheckAttachHost(ranks, session_keys, *sink); !s.ok()) {
+    return s;
+  }
   for (const auto& old : roster_.Attach(ranks, sink)) outbox_.Close(old);
   ResendInFlight(sink, ranks);
   return absl::OkStatus();
@@ -352,7 +360,7 @@ absl::StatusOr<dynmo::v1::Policy> JobState::SetPolicy(
 }
 
 JobParts JobState::PartsLocked() const {
-  return JobParts{roster_, protocol_, layout_, rebalancer_, reports_};
+  return JobParts{roster_, protocol_, layout_, rebalancer_, reports_, owner_};
 }
 
 dynmo::v1::JobSummary JobState::Summary() const {

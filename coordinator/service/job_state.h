@@ -93,8 +93,9 @@ struct JobDeps {
 class JobState {
  public:
   // A new job shaped by its first registration (already validated).
+  // `owner`: the principal that created it (auth.h; empty when unnamed).
   JobState(const dynmo::v1::RegisterRequest& first, const JobOptions& options,
-           JobDeps deps);
+           JobDeps deps, std::string owner = "");
   // A job restored from the state dir. A plan that was still PREPARING is
   // aborted (no rank can have committed it); a COMMITTED one stays in flight
   // until reports or re-registrations resolve it.
@@ -105,6 +106,7 @@ class JobState {
   JobState& operator=(const JobState&) = delete;
 
   const std::string& name() const { return name_; }
+  const std::string& owner() const { return owner_; }
 
   // Registers (or re-registers) one rank. Errors: shape mismatch with the
   // job (FAILED_PRECONDITION), coordinates taken by another rank.
@@ -116,9 +118,12 @@ class JobState {
   absl::Status RegisterMany(
       const google::protobuf::RepeatedPtrField<dynmo::v1::RegisterRequest>& requests,
       std::vector<dynmo::v1::RegisterResponse>* responses);
-  // Binds a registered rank's session; replaces (and closes) an older one
-  // and re-sends whatever plan message the rank may have missed.
-  absl::Status Attach(int rank, std::shared_ptr<SessionSink> sink);
+  // Binds a registered rank's session, which presents the key its newest
+  // Register issued (RegisterResponse.session_key; PERMISSION_DENIED
+  // otherwise); replaces (and closes) an older one and re-sends whatever
+  // plan message the rank may have missed.
+  absl::Status Attach(int rank, absl::string_view session_key,
+                      std::shared_ptr<SessionSink> sink);
   // Unbinds `sink` if it is still the rank's session.
   void Detach(int rank, const SessionSink* sink);
   // Binds several registered ranks to one multiplexed session, all or
@@ -127,6 +132,7 @@ class JobState {
   // of another host. Replaces (and closes) older sessions of these ranks and
   // re-sends the in-flight plan once for all of them.
   absl::Status AttachHost(absl::Span<const int> ranks,
+                          absl::Span<const std::string> session_keys,
                           std::shared_ptr<SessionSink> sink);
   // Unbinds `sink` from those of `ranks` it still serves.
   void DetachHost(absl::Span<const int> ranks, const SessionSink* sink);
@@ -168,7 +174,7 @@ class JobState {
   class FlushOnExit;
 
   JobState(JobShape shape, const JobOptions& options, JobDeps deps,
-           uint64_t epoch);
+           uint64_t epoch, std::string owner);
   // Returns true when the rank's epoch was adopted (must be persisted).
   bool ApplyRegisterLocked(const dynmo::v1::RegisterRequest& request)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -226,6 +232,7 @@ class JobState {
   void PersistSettledLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string name_;
+  const std::string owner_;
   JobDeps deps_;
   std::unique_ptr<JobMetrics> metrics_;
 

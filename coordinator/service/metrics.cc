@@ -1,6 +1,7 @@
 #include "coordinator/service/metrics.h"
 
 #include "absl/strings/str_cat.h"
+#include "cli/program_info.h"
 
 namespace dynmo::service {
 
@@ -48,6 +49,12 @@ CoordinatorMetrics::CoordinatorMetrics()
                      .Name("dynmo_rpc_errors_total")
                      .Help("RPCs that ended with a non-OK status.")
                      .Register(r);
+  prometheus::BuildGauge()
+      .Name("dynmo_build_info")
+      .Help("Always 1; the coordinator's version in the label.")
+      .Register(r)
+      .Add({{"version", cli::Version()}})
+      .Set(1);
   state_commit_failures_ =
       &prometheus::BuildCounter()
            .Name("dynmo_state_commit_failures_total")

@@ -16,7 +16,7 @@ grpc::Status OperatorServiceImpl::Done(const char* method,
 grpc::Status OperatorServiceImpl::ListJobs(
     grpc::ServerContext* context, const dynmo::v1::ListJobsRequest* /*request*/,
     dynmo::v1::ListJobsResponse* response) {
-  if (grpc::Status s = auth_->Check(*context); !s.ok()) {
+  if (grpc::Status s = auth_->CheckStatus(*context, Role::kOperator); !s.ok()) {
     return Done("ListJobs", s);
   }
   for (const auto& job : coordinator_->jobs().All()) {
@@ -28,7 +28,7 @@ grpc::Status OperatorServiceImpl::ListJobs(
 grpc::Status OperatorServiceImpl::GetJob(grpc::ServerContext* context,
                                          const dynmo::v1::GetJobRequest* request,
                                          dynmo::v1::JobStatus* response) {
-  if (grpc::Status s = auth_->Check(*context); !s.ok()) return Done("GetJob", s);
+  if (grpc::Status s = auth_->CheckStatus(*context, Role::kOperator); !s.ok()) return Done("GetJob", s);
   if (absl::Status s = ValidateJobName(request->job()); !s.ok()) {
     return Done("GetJob", ToGrpcStatus(s));
   }
@@ -42,7 +42,7 @@ grpc::Status OperatorServiceImpl::GetJob(grpc::ServerContext* context,
 grpc::Status OperatorServiceImpl::SetPolicy(
     grpc::ServerContext* context, const dynmo::v1::SetPolicyRequest* request,
     dynmo::v1::SetPolicyResponse* response) {
-  if (grpc::Status s = auth_->Check(*context); !s.ok()) {
+  if (grpc::Status s = auth_->CheckStatus(*context, Role::kOperator); !s.ok()) {
     return Done("SetPolicy", s);
   }
   if (absl::Status s = ValidateJobName(request->job()); !s.ok()) {
@@ -61,7 +61,7 @@ grpc::Status OperatorServiceImpl::SetPolicy(
 grpc::Status OperatorServiceImpl::Rebalance(
     grpc::ServerContext* context, const dynmo::v1::RebalanceRequest* request,
     dynmo::v1::RebalanceResponse* response) {
-  if (grpc::Status s = auth_->Check(*context); !s.ok()) {
+  if (grpc::Status s = auth_->CheckStatus(*context, Role::kOperator); !s.ok()) {
     return Done("Rebalance", s);
   }
   if (absl::Status s = ValidateJobName(request->job()); !s.ok()) {
@@ -80,7 +80,7 @@ grpc::Status OperatorServiceImpl::Rebalance(
 grpc::Status OperatorServiceImpl::DeleteJob(
     grpc::ServerContext* context, const dynmo::v1::DeleteJobRequest* request,
     dynmo::v1::DeleteJobResponse* response) {
-  if (grpc::Status s = auth_->Check(*context); !s.ok()) {
+  if (grpc::Status s = auth_->CheckStatus(*context, Role::kOperator); !s.ok()) {
     return Done("DeleteJob", s);
   }
   if (absl::Status s = ValidateJobName(request->job()); !s.ok()) {

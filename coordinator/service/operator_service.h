@@ -12,7 +12,7 @@ namespace dynmo::service {
 
 class OperatorServiceImpl final : public dynmo::v1::OperatorService::Service {
  public:
-  OperatorServiceImpl(Coordinator* coordinator, const BearerAuth* auth)
+  OperatorServiceImpl(Coordinator* coordinator, const Authenticator* auth)
       : coordinator_(coordinator), auth_(auth) {}
 
   grpc::Status ListJobs(grpc::ServerContext* context,
@@ -35,7 +35,7 @@ class OperatorServiceImpl final : public dynmo::v1::OperatorService::Service {
   grpc::Status Done(const char* method, const grpc::Status& status);
 
   Coordinator* coordinator_;
-  const BearerAuth* auth_;
+  const Authenticator* auth_;
 };
 
 }  // namespace dynmo::service

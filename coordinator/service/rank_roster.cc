@@ -1,5 +1,7 @@
 #include "coordinator/service/rank_roster.h"
 
+#include <sys/random.h>
+
 #include <algorithm>
 #include <utility>
 
@@ -9,6 +11,24 @@
 
 namespace dynmo::service {
 namespace {
+
+// 128 random bits from the kernel's CSPRNG, as 32 hex digits.
+std::string NewSessionKey() {
+  unsigned char bytes[16];
+  size_t got = 0;
+  while (got < sizeof(bytes)) {
+    const ssize_t n = getrandom(bytes + got, sizeof(bytes) - got, 0);
+    if (n > 0) got += static_cast<size_t>(n);
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string key(2 * sizeof(bytes), '0');
+  for (size_t i = 0; i < sizeof(bytes); ++i) {
+    key[2 * i] = kHex[bytes[i] >> 4];
+    key[2 * i + 1] = kHex[bytes[i] & 15];
+  }
+  return key;
+}
+
 
 // From a RegisterRequest or a restored RankRecord: they name the same fields.
 template <typename Message>
@@ -73,6 +93,7 @@ absl::Status RankRoster::CheckRegister(
 
 void RankRoster::Register(const dynmo::v1::RegisterRequest& request) {
   SetRegistered(request, &at(request.rank()));
+  at(request.rank()).session_key = NewSessionKey();
   if (shape_.fingerprint.empty()) shape_.fingerprint = request.model_fingerprint();
 }
 
@@ -101,7 +122,7 @@ void RankRoster::ToRecord(dynmo::v1::JobRecord* record) const {
   }
 }
 
-absl::Status RankRoster::CheckAttach(int rank) const {
+absl::Status RankRoster::CheckAttach(int rank, absl::string_view session_key) const {
   if (!Contains(rank)) {
     return absl::NotFoundError(
         absl::StrCat("job ", shape_.job, " has no rank ", rank));
@@ -111,12 +132,34 @@ absl::Status RankRoster::CheckAttach(int rank) const {
         absl::StrCat("rank ", rank, " of job ", shape_.job,
                      " must call Register before opening a session"));
   }
+  return CheckKey(rank, session_key);
+}
+
+absl::Status RankRoster::CheckKey(int rank, absl::string_view key) const {
+  const std::string& want = at(rank).session_key;
+  // Constant time over the issued key's length.
+  unsigned char diff = want.empty() || key.size() != want.size() ? 1 : 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    diff |= static_cast<unsigned char>((i < key.size() ? key[i] : 0) ^ want[i]);
+  }
+  if (diff != 0) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "the session key of rank ", rank, " of job ", shape_.job,
+        " is not the one its newest Register issued (register again)"));
+  }
   return absl::OkStatus();
 }
 
 absl::Status RankRoster::CheckAttachHost(absl::Span<const int> ranks,
+                                         absl::Span<const std::string> session_keys,
                                          const SessionSink& sink) const {
-  for (int rank : ranks) {
+  if (session_keys.size() != ranks.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a host hello needs one session key per rank: ", ranks.size(), " ranks, ",
+        session_keys.size(), " keys"));
+  }
+  for (size_t k = 0; k < ranks.size(); ++k) {
+    const int rank = ranks[k];
     if (!Contains(rank)) {
       return absl::NotFoundError(absl::StrCat("job ", shape_.job,
                                               " has no rank ", rank,
@@ -128,6 +171,7 @@ absl::Status RankRoster::CheckAttachHost(absl::Span<const int> ranks,
           "rank ", rank, " of job ", shape_.job,
           " must be registered (RegisterHost) before its host session"));
     }
+    if (absl::Status s = CheckKey(rank, session_keys[k]); !s.ok()) return s;
     if (r.sink != nullptr && r.sink.get() != &sink && !r.sink->host().empty() &&
         r.sink->host() != sink.host()) {
       return absl::AlreadyExistsError(absl::StrCat(

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "coordinator/core/cost_profile.h"
@@ -47,6 +48,9 @@ struct RosterRank {
   int64_t memory_used_bytes = 0;  // newest report's measured stage memory
   int64_t last_iteration = -1;
   std::shared_ptr<SessionSink> sink;
+  // Issued by the newest Register (random, 128 bits); a session must
+  // present it. Not persisted: after a restart every rank registers again.
+  std::string session_key;
 };
 
 // A session and those of its ranks a message is for.
@@ -79,12 +83,18 @@ class RankRoster {
   void ToRecord(dynmo::v1::JobRecord* record) const;
 
   // A one-rank session: NOT_FOUND outside the job, FAILED_PRECONDITION
-  // before Register.
-  absl::Status CheckAttach(int rank) const;
-  // A multiplexed session of `sink`'s host: as CheckAttach for each rank,
-  // and ALREADY_EXISTS for a rank carried by a live session of another host.
+  // before Register, PERMISSION_DENIED when `session_key` is not the one
+  // the rank's newest Register issued.
+  absl::Status CheckAttach(int rank, absl::string_view session_key) const;
+  // A multiplexed session of `sink`'s host: as CheckAttach for each rank
+  // (keys in the order of `ranks`; INVALID_ARGUMENT for a count that
+  // differs), and ALREADY_EXISTS for a rank carried by a live session of
+  // another host.
   absl::Status CheckAttachHost(absl::Span<const int> ranks,
+                               absl::Span<const std::string> session_keys,
                                const SessionSink& sink) const;
+  // The key the rank's newest Register issued.
+  const std::string& session_key(int rank) const { return at(rank).session_key; }
   // Binds `ranks` to `sink`; returns the older sessions it replaced, each
   // once, in order.
   std::vector<std::shared_ptr<SessionSink>> Attach(
@@ -132,6 +142,8 @@ class RankRoster {
                                                  absl::Time now) const;
 
  private:
+  absl::Status CheckKey(int rank, absl::string_view key) const;
+
   JobShape shape_;
   std::vector<RosterRank> ranks_;
 };

@@ -3,9 +3,26 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "coordinator/service/validation.h"
 
 namespace dynmo::service {
+namespace {
+
+// The lease holder of a Claim / Return: an identified caller (principals
+// file) IS the holder — it may leave `holder` empty or name itself, never
+// another; with shared tokens or no auth the request names it.
+absl::StatusOr<std::string> HolderOf(const Principal& caller, const std::string& holder) {
+  if (!caller.identified) return holder;
+  if (!holder.empty() && holder != caller.name) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "holder '", holder, "' is not the caller: principal '", caller.name,
+        "' claims and returns as itself"));
+  }
+  return caller.name;
+}
+
+}  // namespace
 
 grpc::Status SchedulerServiceImpl::Done(const char* method,
                                         const grpc::Status& status) {
@@ -19,7 +36,7 @@ grpc::Status SchedulerServiceImpl::Done(const char* method,
 grpc::Status SchedulerServiceImpl::ListReleased(
     grpc::ServerContext* context, const dynmo::v1::ListReleasedRequest* request,
     dynmo::v1::ListReleasedResponse* response) {
-  if (grpc::Status s = auth_->Check(*context); !s.ok()) {
+  if (grpc::Status s = auth_->CheckStatus(*context, Role::kScheduler); !s.ok()) {
     return Done("ListReleased", s);
   }
   if (!request->job().empty()) {
@@ -37,7 +54,7 @@ grpc::Status SchedulerServiceImpl::ListReleased(
 grpc::Status SchedulerServiceImpl::WatchReleased(
     grpc::ServerContext* context, const dynmo::v1::WatchReleasedRequest* request,
     grpc::ServerWriter<dynmo::v1::ReleasedEvent>* writer) {
-  if (grpc::Status s = auth_->Check(*context); !s.ok()) {
+  if (grpc::Status s = auth_->CheckStatus(*context, Role::kScheduler); !s.ok()) {
     return Done("WatchReleased", s);
   }
   ReleasedPool& pool = coordinator_->pool();
@@ -76,11 +93,15 @@ grpc::Status SchedulerServiceImpl::WatchReleased(
 grpc::Status SchedulerServiceImpl::Claim(grpc::ServerContext* context,
                                          const dynmo::v1::ClaimRequest* request,
                                          dynmo::v1::ClaimResponse* response) {
-  if (grpc::Status s = auth_->Check(*context); !s.ok()) return Done("Claim", s);
+  Principal caller;
+  if (grpc::Status s = auth_->CheckStatus(*context, Role::kScheduler, &caller); !s.ok()) {
+    return Done("Claim", s);
+  }
+  absl::StatusOr<std::string> holder = HolderOf(caller, request->holder());
+  if (!holder.ok()) return Done("Claim", ToGrpcStatus(holder.status()));
   std::vector<std::string> ids(request->ids().begin(), request->ids().end());
   absl::StatusOr<std::vector<dynmo::v1::ReleasedGpu>> gpus =
-      coordinator_->pool().Claim(ids, request->holder(),
-                                 request->lease_seconds(), absl::Now());
+      coordinator_->pool().Claim(ids, *holder, request->lease_seconds(), absl::Now());
   if (!gpus.ok()) return Done("Claim", ToGrpcStatus(gpus.status()));
   for (auto& g : *gpus) *response->add_gpus() = std::move(g);
   return grpc::Status::OK;
@@ -89,10 +110,15 @@ grpc::Status SchedulerServiceImpl::Claim(grpc::ServerContext* context,
 grpc::Status SchedulerServiceImpl::Return(
     grpc::ServerContext* context, const dynmo::v1::ReturnRequest* request,
     dynmo::v1::ReturnResponse* response) {
-  if (grpc::Status s = auth_->Check(*context); !s.ok()) return Done("Return", s);
+  Principal caller;
+  if (grpc::Status s = auth_->CheckStatus(*context, Role::kScheduler, &caller); !s.ok()) {
+    return Done("Return", s);
+  }
+  absl::StatusOr<std::string> holder = HolderOf(caller, request->holder());
+  if (!holder.ok()) return Done("Return", ToGrpcStatus(holder.status()));
   std::vector<std::string> ids(request->ids().begin(), request->ids().end());
   absl::StatusOr<std::vector<dynmo::v1::ReleasedGpu>> gpus =
-      coordinator_->pool().Return(ids, request->holder());
+      coordinator_->pool().Return(ids, *holder);
   if (!gpus.ok()) return Done("Return", ToGrpcStatus(gpus.status()));
   for (auto& g : *gpus) *response->add_gpus() = std::move(g);
   return grpc::Status::OK;

@@ -15,7 +15,7 @@ namespace dynmo::service {
 
 class SchedulerServiceImpl final : public dynmo::v1::SchedulerService::Service {
  public:
-  SchedulerServiceImpl(Coordinator* coordinator, const BearerAuth* auth)
+  SchedulerServiceImpl(Coordinator* coordinator, const Authenticator* auth)
       : coordinator_(coordinator), auth_(auth) {}
 
   grpc::Status ListReleased(grpc::ServerContext* context,
@@ -39,7 +39,7 @@ class SchedulerServiceImpl final : public dynmo::v1::SchedulerService::Service {
   grpc::Status Done(const char* method, const grpc::Status& status);
 
   Coordinator* coordinator_;
-  const BearerAuth* auth_;
+  const Authenticator* auth_;
   std::atomic<bool> stopping_{false};
 };
 

@@ -83,8 +83,7 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(
 
 struct CoordinatorServer::Impl {
   std::unique_ptr<Coordinator> coordinator;
-  BearerAuth auth;
-  BearerAuth agent_auth;
+  Authenticator auth;
   std::unique_ptr<AgentServiceImpl> agent;
   std::unique_ptr<SchedulerServiceImpl> scheduler;
   std::unique_ptr<OperatorServiceImpl> op;
@@ -105,18 +104,10 @@ CoordinatorServer::~CoordinatorServer() { Shutdown(); }
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     const ServerOptions& options) {
   auto impl = std::make_unique<Impl>();
-  if (!options.token_file.empty()) {
-    absl::StatusOr<BearerAuth> auth = BearerAuth::FromFile(options.token_file);
-    if (!auth.ok()) return auth.status();
-    impl->auth = *std::move(auth);
-  }
-  const std::string& agent_token_file =
-      options.agent_token_file.empty() ? options.token_file : options.agent_token_file;
-  if (!agent_token_file.empty()) {
-    absl::StatusOr<BearerAuth> auth = BearerAuth::FromFile(agent_token_file);
-    if (!auth.ok()) return auth.status();
-    impl->agent_auth = *std::move(auth);
-  }
+  absl::StatusOr<Authenticator> auth = Authenticator::FromFiles(
+      options.principals_file, options.token_file, options.agent_token_file);
+  if (!auth.ok()) return auth.status();
+  impl->auth = *std::move(auth);
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> creds =
       Credentials(options.tls);
   if (!creds.ok()) return creds.status();
@@ -141,7 +132,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   }
 
   impl->agent =
-      std::make_unique<AgentServiceImpl>(impl->coordinator.get(), &impl->agent_auth);
+      std::make_unique<AgentServiceImpl>(impl->coordinator.get(), &impl->auth);
   impl->scheduler = std::make_unique<SchedulerServiceImpl>(
       impl->coordinator.get(), &impl->auth);
   impl->op = std::make_unique<OperatorServiceImpl>(impl->coordinator.get(),

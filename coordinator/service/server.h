@@ -30,6 +30,8 @@ struct ServerOptions {
   // AgentService RPC. Empty: token_file's token (so a secured coordinator
   // is secured for every caller); both empty: agent RPCs open.
   std::string agent_token_file;
+  // Named principals with roles (auth.h); replaces both token files.
+  std::string principals_file;
   int max_message_bytes = 4 << 20;     // larger messages: RESOURCE_EXHAUSTED
   CoordinatorOptions coordinator;
 };

@@ -175,7 +175,10 @@ std::vector<Applied> TrainInLockStep(EmbeddedCoordinator& coord,
     }
     const int64_t want = reports_before + kRanks * (k + 1);
     EXPECT_TRUE(Eventually([&] { return job->Summary().reports() >= want; }))
-        << "reports of iteration " << k << " did not arrive";
+        << "reports of iteration " << k << " did not arrive: " << job->Summary().reports()
+        << " of " << want << "; agent 0: connects " << agents[0]->stats().connects
+        << ", sent " << agents[0]->stats().reports_sent << ", error '"
+        << agents[0]->stats().last_error << "'";
     if (k == 9 || k == 29) {
       auto r = job->Rebalance(absl::Now());
       EXPECT_TRUE(r.ok()) << r.status();

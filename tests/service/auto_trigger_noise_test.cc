@@ -83,7 +83,7 @@ class NoisyJob {
       dynmo::v1::RegisterResponse resp;
       EXPECT_TRUE(job_->Register(Reg(r), &resp).ok());
       sinks_.push_back(std::make_shared<Outbox>());
-      EXPECT_TRUE(job_->Attach(r, sinks_.back()).ok());
+      EXPECT_TRUE(job_->Attach(r, resp.session_key(), sinks_.back()).ok());
     }
     layouts_.push_back(boundaries_);
   }

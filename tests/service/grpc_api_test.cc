@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <limits>
 
@@ -71,10 +72,16 @@ dynmo::v1::RegisterRequest Reg(int rank) {
 class GrpcApiTest : public ::testing::Test {
  protected:
   void StartServer(const std::string& token, bool metrics = false,
-                   const std::string& agent_token = "") {
+                   const std::string& agent_token = "",
+                   const std::string& principals = "", int max_jobs_per_principal = 64) {
     ServerOptions o;
     if (metrics) o.metrics_listen = "127.0.0.1:0";
     o.coordinator.state_dir = dir_ = TempDir();
+    o.coordinator.max_jobs_per_principal = max_jobs_per_principal;
+    if (!principals.empty()) {
+      o.principals_file = o.coordinator.state_dir + "/principals";
+      std::ofstream(o.principals_file) << principals;
+    }
     o.coordinator.job.default_policy.trigger = ParseTrigger("manual").value();
     if (!token.empty()) {
       o.token_file = o.coordinator.state_dir + "/token";
@@ -103,12 +110,20 @@ class GrpcApiTest : public ::testing::Test {
     grpc::ClientContext ctx;
     agent::AddBearerToken(&ctx, token);
     dynmo::v1::RegisterResponse resp;
-    return agents_->Register(&ctx, r, &resp);
+    grpc::Status s = agents_->Register(&ctx, r, &resp);
+    if (s.ok()) keys_[r.rank()] = resp.session_key();
+    return s;
   }
 
-  // Opens a session, sends `messages`, returns how the server ended it.
-  grpc::Status Session(const std::vector<dynmo::v1::AgentMessage>& messages,
+  // Opens a session, sends `messages`, returns how the server ended it. A
+  // first hello without a session key gets the one the rank's newest
+  // Register (above) was issued, if any.
+  grpc::Status Session(std::vector<dynmo::v1::AgentMessage> messages,
                        const std::string& token = "") {
+    if (!messages.empty() && messages[0].has_hello() &&
+        messages[0].hello().session_key().empty() && keys_.count(messages[0].hello().rank())) {
+      messages[0].mutable_hello()->set_session_key(keys_[messages[0].hello().rank()]);
+    }
     grpc::ClientContext ctx;
     agent::AddBearerToken(&ctx, token);
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
@@ -138,6 +153,7 @@ class GrpcApiTest : public ::testing::Test {
   std::unique_ptr<dynmo::v1::AgentService::Stub> agents_;
   std::unique_ptr<dynmo::v1::OperatorService::Stub> ops_;
   std::unique_ptr<dynmo::v1::SchedulerService::Stub> sched_;
+  std::map<int, std::string> keys_;  // rank -> newest session key
 };
 
 TEST_F(GrpcApiTest, MalformedRegistrationsAreInvalidAndCreateNothing) {
@@ -202,6 +218,11 @@ TEST_F(GrpcApiTest, SessionsValidateEveryMessage) {
   dynmo::v1::AgentMessage unregistered = hello;
   unregistered.mutable_hello()->set_rank(1);
   EXPECT_EQ(Session({unregistered}).error_code(), grpc::FAILED_PRECONDITION);
+  // Another client cannot speak for rank 0 without its session key.
+  dynmo::v1::AgentMessage hijack = hello;
+  hijack.mutable_hello()->set_session_key("0123456789abcdef0123456789abcdef");
+  grpc::Status denied = Session({hijack});
+  EXPECT_EQ(denied.error_code(), grpc::PERMISSION_DENIED) << denied.error_message();
   dynmo::v1::AgentMessage nan = report;
   auto* l = nan.mutable_report()->add_layers();
   l->set_layer(0);
@@ -296,6 +317,81 @@ TEST_F(GrpcApiTest, TokenGuardsSchedulerOperatorAndAgents) {
       << "the stream ends OK when the agent closes it";
 }
 
+// Claim / Return with a bearer token; `holder` may be empty.
+grpc::Status Lease(dynmo::v1::SchedulerService::Stub& sched, bool claim,
+                   const std::string& token, const std::string& id,
+                   const std::string& holder) {
+  grpc::ClientContext ctx;
+  agent::AddBearerToken(&ctx, token);
+  if (claim) {
+    dynmo::v1::ClaimRequest req;
+    req.add_ids(id);
+    req.set_holder(holder);
+    req.set_lease_seconds(60);
+    dynmo::v1::ClaimResponse resp;
+    return sched.Claim(&ctx, req, &resp);
+  }
+  dynmo::v1::ReturnRequest req;
+  req.add_ids(id);
+  req.set_holder(holder);
+  dynmo::v1::ReturnResponse resp;
+  return sched.Return(&ctx, req, &resp);
+}
+
+constexpr char kPrincipals[] =
+    "sched-a-token-0123456 sched-a scheduler\n"
+    "sched-b-token-0123456 sched-b scheduler\n"
+    "train-a-token-0123456 train-a agent\n"
+    "train-b-token-0123456 train-b agent\n"
+    "ops-token-0123456789a ops operator\n";
+
+TEST_F(GrpcApiTest, ANamedSchedulerHoldsWhatItClaimsAndNoOneElseReturnsIt) {
+  StartServer("", false, "", kPrincipals);
+  dynmo::v1::ReleasedGpu g;
+  g.set_job("api");
+  g.set_epoch(1);
+  g.set_rank(1);
+  ASSERT_TRUE(server_->coordinator().pool().Add({g}).ok());
+  const std::string id = server_->coordinator().pool().List("", true)[0].id();
+  grpc::Status s = Lease(*sched_, true, "sched-a-token-0123456", id, "sched-b");
+  EXPECT_EQ(s.error_code(), grpc::PERMISSION_DENIED) << s.error_message();
+  EXPECT_NE(s.error_message().find("holder 'sched-b' is not the caller"), std::string::npos);
+  ASSERT_TRUE(Lease(*sched_, true, "sched-a-token-0123456", id, "").ok());
+  EXPECT_EQ(server_->coordinator().pool().List("", true)[0].holder(), "sched-a");
+  EXPECT_EQ(Lease(*sched_, false, "sched-b-token-0123456", id, "sched-a").error_code(),
+            grpc::PERMISSION_DENIED)
+      << "B cannot return A's GPU by naming A";
+  EXPECT_EQ(Lease(*sched_, true, "sched-b-token-0123456", id, "").error_code(),
+            grpc::FAILED_PRECONDITION)
+      << "nor take over A's lease";
+  EXPECT_EQ(Lease(*sched_, true, "train-a-token-0123456", id, "").error_code(),
+            grpc::PERMISSION_DENIED)
+      << "an agent is no scheduler";
+  EXPECT_TRUE(Lease(*sched_, false, "sched-a-token-0123456", id, "sched-a").ok());
+}
+
+TEST_F(GrpcApiTest, ANamedAgentOwnsItsJobsWithinItsQuota) {
+  StartServer("", false, "", kPrincipals, /*max_jobs_per_principal=*/1);
+  ASSERT_TRUE(Register(Reg(0), "train-a-token-0123456").ok());
+  grpc::Status s = Register(Reg(1), "train-b-token-0123456");
+  EXPECT_EQ(s.error_code(), grpc::PERMISSION_DENIED) << s.error_message();
+  EXPECT_NE(s.error_message().find("belongs to principal 'train-a'"), std::string::npos);
+  ASSERT_TRUE(Register(Reg(1), "train-a-token-0123456").ok());
+  auto second = Reg(0);
+  second.set_job("api2");
+  s = Register(second, "train-a-token-0123456");
+  EXPECT_EQ(s.error_code(), grpc::RESOURCE_EXHAUSTED) << s.error_message();
+  EXPECT_NE(s.error_message().find("--max_jobs_per_principal"), std::string::npos);
+  EXPECT_TRUE(Register(second, "train-b-token-0123456").ok()) << "B's quota is B's";
+  grpc::ClientContext ctx;
+  agent::AddBearerToken(&ctx, "ops-token-0123456789a");
+  dynmo::v1::GetJobRequest get;
+  get.set_job("api");
+  dynmo::v1::JobStatus st;
+  ASSERT_TRUE(ops_->GetJob(&ctx, get, &st).ok());
+  EXPECT_EQ(st.summary().owner(), "train-a");
+}
+
 TEST_F(GrpcApiTest, AnAgentWithAWrongTokenGivesUpInsteadOfRetrying) {
   StartServer("s3cret");
   agent::AgentConfig c;
@@ -326,13 +422,14 @@ TEST_F(GrpcApiTest, AnAgentWithAWrongTokenGivesUpInsteadOfRetrying) {
 
 TEST_F(GrpcApiTest, AnAgentTokenOfItsOwnKeepsOperatorAndAgentCredentialsApart) {
   StartServer("op", false, "ranks");
-  EXPECT_EQ(Register(Reg(0), "op").error_code(), grpc::UNAUTHENTICATED);
+  EXPECT_EQ(Register(Reg(0), "op").error_code(), grpc::PERMISSION_DENIED)
+      << "the operator's token is known, but not an agent's";
   EXPECT_TRUE(Register(Reg(0), "ranks").ok());
   grpc::ClientContext ctx;
   agent::AddBearerToken(&ctx, "ranks");
   dynmo::v1::ListJobsResponse jobs;
   EXPECT_EQ(ops_->ListJobs(&ctx, dynmo::v1::ListJobsRequest(), &jobs).error_code(),
-            grpc::UNAUTHENTICATED)
+            grpc::PERMISSION_DENIED)
       << "a trainer's token is no operator's";
 }
 
@@ -472,7 +569,8 @@ TEST_F(GrpcApiTest, MetricsPassPromtool) {
         "dynmo_bottleneck_seconds", "dynmo_bottleneck_lower_bound_seconds",
         "dynmo_predicted_bubble_ratio", "dynmo_plans_total",
         "dynmo_migrated_bytes_total", "dynmo_gpus", "dynmo_reports_total",
-        "dynmo_rpc_errors_total", "dynmo_decision_latency_seconds"}) {
+        "dynmo_rpc_errors_total", "dynmo_decision_latency_seconds",
+        "dynmo_state_commit_failures_total", "dynmo_build_info{version=\""}) {
     EXPECT_NE(text.find(name), std::string::npos) << name << "\n" << text;
   }
   EXPECT_NE(text.find("code=\"INVALID_ARGUMENT\""), std::string::npos);

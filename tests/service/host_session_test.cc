@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -42,15 +43,6 @@ dynmo::v1::RegisterHostRequest RegHost(const std::vector<int>& ranks) {
   return req;
 }
 
-HostMessage Hello(const std::vector<int>& ranks, const std::string& host = "node0",
-                  const std::string& job = "mux") {
-  HostMessage m;
-  m.mutable_hello()->set_job(job);
-  m.mutable_hello()->set_host(host);
-  for (int r : ranks) m.mutable_hello()->add_ranks(r);
-  return m;
-}
-
 // A report of stage `rank % kStages`'s two layers under the uniform layout.
 HostMessage Batch(const std::vector<int>& ranks, int layer_override = -1) {
   HostMessage m;
@@ -86,11 +78,30 @@ class HostSessionApiTest : public ::testing::Test {
     std::filesystem::remove_all(dir_);
   }
 
+  // Registers; remembers each rank's session key for Hello.
   grpc::Status RegisterHost(const dynmo::v1::RegisterHostRequest& req,
                             dynmo::v1::RegisterHostResponse* resp = nullptr) {
     grpc::ClientContext ctx;
     dynmo::v1::RegisterHostResponse unused;
-    return stub_->RegisterHost(&ctx, req, resp ? resp : &unused);
+    if (resp == nullptr) resp = &unused;
+    grpc::Status s = stub_->RegisterHost(&ctx, req, resp);
+    for (int i = 0; s.ok() && i < resp->ranks_size(); ++i) {
+      keys_[req.ranks(i).rank()] = resp->ranks(i).session_key();
+    }
+    return s;
+  }
+
+  // A hello for `ranks` with the keys their registration issued.
+  HostMessage Hello(const std::vector<int>& ranks, const std::string& host = "node0",
+                    const std::string& job = "mux") {
+    HostMessage m;
+    m.mutable_hello()->set_job(job);
+    m.mutable_hello()->set_host(host);
+    for (int r : ranks) {
+      m.mutable_hello()->add_ranks(r);
+      m.mutable_hello()->add_session_keys(keys_.count(r) ? keys_[r] : "unregistered");
+    }
+    return m;
   }
 
   // Opens a host session, sends `messages`, closes, returns how it ended.
@@ -121,6 +132,7 @@ class HostSessionApiTest : public ::testing::Test {
   std::string dir_;
   std::unique_ptr<CoordinatorServer> server_;
   std::unique_ptr<dynmo::v1::AgentService::Stub> stub_;
+  std::map<int, std::string> keys_;  // rank -> session key
 };
 
 TEST_F(HostSessionApiTest, RegisterHostRegistersEveryRankAndAnswersInOrder) {
@@ -187,6 +199,15 @@ TEST_F(HostSessionApiTest, HelloIsValidatedAndRefusalsBindNoRank) {
       << "rank outside the job";
   grpc::Status s = Run({Hello({0, 4})});  // rank 4 never registered
   EXPECT_EQ(s.error_code(), grpc::FAILED_PRECONDITION) << s.error_message();
+  EXPECT_EQ(Summary().connected_ranks(), 0) << "no refused hello bound a rank";
+  // Keys: missing, swapped or made up, the hello is refused and binds nothing.
+  HostMessage no_keys = Hello({0, 1});
+  no_keys.mutable_hello()->clear_session_keys();
+  EXPECT_EQ(Run({no_keys}).error_code(), grpc::INVALID_ARGUMENT);
+  HostMessage swapped = Hello({0, 1});
+  swapped.mutable_hello()->mutable_session_keys()->SwapElements(0, 1);
+  s = Run({swapped});
+  EXPECT_EQ(s.error_code(), grpc::PERMISSION_DENIED) << s.error_message();
   EXPECT_EQ(Summary().connected_ranks(), 0) << "no refused hello bound a rank";
   // A valid hello binds; a second one ends the stream, which unbinds.
   EXPECT_EQ(Run({Hello({0}), Hello({0})}).error_code(), grpc::INVALID_ARGUMENT)

@@ -103,6 +103,15 @@ class JobStateHostTest : public ::testing::Test {
     std::vector<dynmo::v1::RegisterResponse> responses;
     ASSERT_TRUE(job_->RegisterMany(all, &responses).ok());
     ASSERT_EQ(responses.size(), static_cast<size_t>(kRanks));
+    for (const auto& r : responses) keys_.push_back(r.session_key());
+  }
+
+  // The session keys of `ranks`, in their order (a rank outside the job
+  // gets a made-up one).
+  std::vector<std::string> Keys(const std::vector<int>& ranks) const {
+    std::vector<std::string> out;
+    for (int r : ranks) out.push_back(r >= 0 && r < kRanks ? keys_[r] : "none");
+    return out;
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
@@ -110,17 +119,18 @@ class JobStateHostTest : public ::testing::Test {
   std::unique_ptr<StateKeeper> keeper_;
   std::unique_ptr<ReleasedPool> pool_;
   std::unique_ptr<JobState> job_;
+  std::vector<std::string> keys_;  // each rank's session key
 };
 
 TEST_F(JobStateHostTest, APlanReachesAHostSessionOnceForAllItsRanksBesideSingleSessions) {
   // Replica 0 (ranks 0..3) on one host session, replica 1 one sink per rank.
   auto host = std::make_shared<HostSink>("node0");
   const std::vector<int> hosted = {0, 1, 2, 3};
-  ASSERT_TRUE(job_->AttachHost(hosted, host).ok());
+  ASSERT_TRUE(job_->AttachHost(hosted, Keys(hosted), host).ok());
   std::vector<std::shared_ptr<HostSink>> singles;
   for (int r = 4; r < kRanks; ++r) {
     singles.push_back(std::make_shared<HostSink>(""));
-    ASSERT_TRUE(job_->Attach(r, singles.back()).ok());
+    ASSERT_TRUE(job_->Attach(r, keys_[r], singles.back()).ok());
   }
   for (int r = 0; r < kRanks; ++r) ASSERT_TRUE(job_->OnReport(r, Report(r, 1)).ok());
   auto issued = job_->Rebalance(absl::Now());
@@ -165,17 +175,17 @@ TEST_F(JobStateHostTest, APlanReachesAHostSessionOnceForAllItsRanksBesideSingleS
 
 TEST_F(JobStateHostTest, AttachHostIsAllOrNothing) {
   auto node0 = std::make_shared<HostSink>("node0");
-  ASSERT_TRUE(job_->AttachHost(std::vector<int>{0, 1}, node0).ok());
+  ASSERT_TRUE(job_->AttachHost({0, 1}, Keys({0, 1}), node0).ok());
   auto node1 = std::make_shared<HostSink>("node1");
-  EXPECT_EQ(job_->AttachHost(std::vector<int>{2, 1}, node1).code(),
+  EXPECT_EQ(job_->AttachHost({2, 1}, Keys({2, 1}), node1).code(),
             absl::StatusCode::kAlreadyExists);
-  EXPECT_EQ(job_->AttachHost(std::vector<int>{2, kRanks}, node1).code(),
+  EXPECT_EQ(job_->AttachHost({2, kRanks}, Keys({2, kRanks}), node1).code(),
             absl::StatusCode::kNotFound);
   EXPECT_EQ(job_->Summary().connected_ranks(), 2) << "rank 2 was not bound";
   EXPECT_TRUE(node0->closed().ok()) << "node0 was not disturbed";
   // A newer session of node0 takes its ranks over and closes the old one.
   auto node0b = std::make_shared<HostSink>("node0");
-  ASSERT_TRUE(job_->AttachHost(std::vector<int>{0, 1, 2}, node0b).ok());
+  ASSERT_TRUE(job_->AttachHost({0, 1, 2}, Keys({0, 1, 2}), node0b).ok());
   EXPECT_EQ(node0->closed().code(), absl::StatusCode::kAborted);
   EXPECT_EQ(job_->Summary().connected_ranks(), 3);
   job_->DetachHost(std::vector<int>{0, 1}, node0.get());  // stale: no-op
@@ -190,14 +200,14 @@ TEST_F(JobStateHostTest, AReattachedHostGetsTheInFlightPlanOnceForItsRanks) {
     sinks.push_back(std::make_shared<HostSink>("node" + std::to_string(h)));
     std::vector<int> ranks;
     for (int r = h * 4; r < h * 4 + 4; ++r) ranks.push_back(r);
-    ASSERT_TRUE(job_->AttachHost(ranks, sinks.back()).ok());
+    ASSERT_TRUE(job_->AttachHost(ranks, Keys(ranks), sinks.back()).ok());
   }
   for (int r = 0; r < kRanks; ++r) ASSERT_TRUE(job_->OnReport(r, Report(r, 1)).ok());
   auto issued = job_->Rebalance(absl::Now());
   ASSERT_TRUE(issued.ok() && issued->issued());
   // node1 lost its stream and comes back: PREPARE re-sent, once.
   auto again = std::make_shared<HostSink>("node1");
-  ASSERT_TRUE(job_->AttachHost(std::vector<int>{4, 5, 6, 7}, again).ok());
+  ASSERT_TRUE(job_->AttachHost({4, 5, 6, 7}, Keys({4, 5, 6, 7}), again).ok());
   auto sent = again->Take();
   ASSERT_EQ(sent.size(), 1u);
   EXPECT_EQ(sent[0].first, (std::vector<int>{4, 5, 6, 7}));

@@ -110,8 +110,9 @@ class JobStateTest : public ::testing::Test {
     for (int r = 0; r < kStages; ++r) {
       dynmo::v1::RegisterResponse resp;
       ASSERT_TRUE(job_->Register(Reg(r), &resp).ok());
+      keys_.push_back(resp.session_key());
       sinks_.push_back(std::make_shared<RecordingSink>());
-      ASSERT_TRUE(job_->Attach(r, sinks_.back()).ok());
+      ASSERT_TRUE(job_->Attach(r, resp.session_key(), sinks_.back()).ok());
     }
   }
 
@@ -137,6 +138,7 @@ class JobStateTest : public ::testing::Test {
   std::unique_ptr<ReleasedPool> pool_;
   std::unique_ptr<JobState> job_;
   std::vector<std::shared_ptr<RecordingSink>> sinks_;
+  std::vector<std::string> keys_;  // each rank's session key
 };
 
 TEST_F(JobStateTest, RebalanceSendsPrepareToEveryRankWithApplyAhead) {
@@ -218,7 +220,7 @@ TEST_F(JobStateTest, InBandCommitSendsOnePhase) {
     dynmo::v1::RegisterResponse resp;
     ASSERT_TRUE(job.Register(Reg(r), &resp).ok());
     sinks.push_back(std::make_shared<RecordingSink>());
-    ASSERT_TRUE(job.Attach(r, sinks.back()).ok());
+    ASSERT_TRUE(job.Attach(r, resp.session_key(), sinks.back()).ok());
     ASSERT_TRUE(job.OnReport(r, Report(r, 0)).ok());
   }
   auto reb = job.Rebalance(absl::Now());
@@ -434,9 +436,27 @@ TEST_F(JobStateTest, RankThatRestartedWithoutTheCommittedPlanAbortsIt) {
 
 TEST_F(JobStateTest, ANewerSessionSupersedesTheOldOne) {
   auto fresh = std::make_shared<RecordingSink>();
-  ASSERT_TRUE(job_->Attach(1, fresh).ok());
+  ASSERT_TRUE(job_->Attach(1, keys_[1], fresh).ok());
   EXPECT_EQ(sinks_[1]->closed().code(), absl::StatusCode::kAborted);
-  EXPECT_EQ(job_->Attach(99, fresh).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(job_->Attach(99, keys_[1], fresh).code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(JobStateTest, ASessionIsBoundToItsRanksNewestRegistration) {
+  auto hijack = std::make_shared<RecordingSink>();
+  // No key, another rank's key, a made-up key: refused, rank 2's session kept.
+  for (const std::string& key : {std::string(), keys_[1], std::string(32, 'a')}) {
+    const absl::Status s = job_->Attach(2, key, hijack);
+    EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << key;
+    EXPECT_NE(s.message().find("register again"), std::string::npos) << s;
+  }
+  EXPECT_TRUE(sinks_[2]->closed().ok()) << "a refused session closed the real one";
+  // A new Register issues a new key; the old one stops working.
+  dynmo::v1::RegisterResponse resp;
+  ASSERT_TRUE(job_->Register(Reg(2), &resp).ok());
+  EXPECT_NE(resp.session_key(), keys_[2]);
+  EXPECT_EQ(resp.session_key().size(), 32u);
+  EXPECT_EQ(job_->Attach(2, keys_[2], hijack).code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(job_->Attach(2, resp.session_key(), hijack).ok());
 }
 
 TEST(JobStateRepackTest, RepackReleasesStagesIntoThePool) {
@@ -452,7 +472,7 @@ TEST(JobStateRepackTest, RepackReleasesStagesIntoThePool) {
     dynmo::v1::RegisterResponse resp;
     ASSERT_TRUE(job.Register(Reg(r), &resp).ok());
     sinks.push_back(std::make_shared<RecordingSink>());
-    ASSERT_TRUE(job.Attach(r, sinks.back()).ok());
+    ASSERT_TRUE(job.Attach(r, resp.session_key(), sinks.back()).ok());
   }
   // Layer 0 dominates: one stage for it and one for the rest lose nothing.
   for (int r = 0; r < kStages; ++r) {
@@ -493,14 +513,16 @@ class JobDeletionTest : public ::testing::Test {
     options_.default_policy.trigger.kind = Trigger::Kind::kManual;
     registry_ = std::make_unique<JobRegistry>(
         options_, JobDeps{keeper_.get(), pool_.get(), &metrics_}, 4);
+    std::string key0;
     for (int r = 0; r < kStages; ++r) {
       dynmo::v1::RegisterResponse resp;
       auto job = registry_->Register(Reg(r), &resp);
       ASSERT_TRUE(job.ok()) << job.status();
       job_ = *job;
+      if (r == 0) key0 = resp.session_key();
     }
     sink_ = std::make_shared<RecordingSink>();
-    ASSERT_TRUE(job_->Attach(0, sink_).ok());
+    ASSERT_TRUE(job_->Attach(0, key0, sink_).ok());
     ASSERT_TRUE(job_->OnReport(0, Report(0, 1)).ok());
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }

@@ -60,18 +60,27 @@ TEST(RankRosterTest, RefusesAnotherShapeTakenCoordinatesAndAMovedRank) {
 
 TEST(RankRosterTest, SessionsNeedARegisteredRankAndReplacedOnesComeBackOnce) {
   RankRoster roster = Roster();
-  EXPECT_EQ(roster.CheckAttach(9).code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(roster.CheckAttach(0).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(roster.CheckAttach(9, "").code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(roster.CheckAttach(0, "").code(), absl::StatusCode::kFailedPrecondition);
   roster = AllRegistered();
+  // The key of the newest registration, and only it.
+  EXPECT_EQ(roster.CheckAttach(0, "").code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(roster.CheckAttach(0, roster.session_key(1)).code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(roster.CheckAttach(0, roster.session_key(0)).ok());
+  const std::vector<std::string> keys = {roster.session_key(0), roster.session_key(1)};
+  EXPECT_EQ(roster.CheckAttachHost(std::vector<int>{0, 1}, {keys[0]}, NamedSink("a")).code(),
+            absl::StatusCode::kInvalidArgument)
+      << "one key per rank";
   auto old_host = std::make_shared<NamedSink>("a");
   const int ranks[] = {0, 1};
   EXPECT_TRUE(roster.Attach(ranks, old_host).empty());
   EXPECT_EQ(roster.connected(), 2);
   auto other_host = std::make_shared<NamedSink>("b");
-  EXPECT_EQ(roster.CheckAttachHost(ranks, *other_host).code(),
+  EXPECT_EQ(roster.CheckAttachHost(ranks, keys, *other_host).code(),
             absl::StatusCode::kAlreadyExists);
   auto same_host = std::make_shared<NamedSink>("a");
-  ASSERT_TRUE(roster.CheckAttachHost(ranks, *same_host).ok());
+  ASSERT_TRUE(roster.CheckAttachHost(ranks, keys, *same_host).ok());
   std::vector<std::shared_ptr<SessionSink>> replaced = roster.Attach(ranks, same_host);
   ASSERT_EQ(replaced.size(), 1u);
   EXPECT_EQ(replaced[0], old_host);
