@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <thread>
 #include <utility>
@@ -132,6 +134,15 @@ class NodeRelay::Impl final : public dynmo::v1::AgentService::CallbackService {
         // Before the answer: the rank's Session hello may follow at once.
         [this, rank, response] {  // under mu_
           registered_[rank] = response->session_key();
+          // The new registration revoked the rank's older key: a session
+          // of it we still hold is stale (its agent already gave it up),
+          // and must not go upstream in a hello with the revoked key.
+          auto it = members_.find(rank);
+          if (it != members_.end() && it->second.out != nullptr) {
+            stale_.push_back(std::move(it->second.out));
+            ++stats_.stale_sessions;
+            MarkChangedLocked();
+          }
         });
   }
 
@@ -165,6 +176,7 @@ class NodeRelay::Impl final : public dynmo::v1::AgentService::CallbackService {
         absl::MutexLock lock(&mu_);
         on_ok();
       }
+      FinishStale();
       reactor->Finish(s);
       {
         absl::MutexLock lock(&mu_);
@@ -415,6 +427,19 @@ class NodeRelay::Impl final : public dynmo::v1::AgentService::CallbackService {
     std::deque<dynmo::v1::IterationReport> reports;
   };
 
+  // Ends the rank sessions a newer registration made stale.
+  void FinishStale() {
+    std::vector<std::shared_ptr<Outbox>> stale;
+    {
+      absl::MutexLock lock(&mu_);
+      stale.swap(stale_);
+    }
+    for (const auto& out : stale) {
+      out->Finish(Refused(grpc::StatusCode::ABORTED,
+                          "the rank registered again: this session is stale"));
+    }
+  }
+
   std::string UpstreamTokenLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
     return config_.token.empty() ? caller_token_ : config_.token;
   }
@@ -452,6 +477,7 @@ class NodeRelay::Impl final : public dynmo::v1::AgentService::CallbackService {
         replaced = std::move(member.out);
         member.out = out;
         member.session_key = m.hello().session_key();
+        ++stats_.rank_sessions;
         *rank = r;
         MarkChangedLocked();
       } else if (m.has_report()) {
@@ -487,6 +513,7 @@ class NodeRelay::Impl final : public dynmo::v1::AgentService::CallbackService {
     auto it = members_.find(rank);
     if (it == members_.end() || it->second.out.get() != out) return;
     it->second.out = nullptr;
+    ++stats_.rank_sessions_ended;
     MarkChangedLocked();
   }
 
@@ -541,6 +568,7 @@ class NodeRelay::Impl final : public dynmo::v1::AgentService::CallbackService {
         }
       }
       stats_.messages_down += static_cast<int64_t>(to.size());
+      ++stats_.upstream_messages;
     }
     for (const auto& out : to) out->Write(message);
   }
@@ -683,6 +711,7 @@ class NodeRelay::Impl final : public dynmo::v1::AgentService::CallbackService {
   absl::flat_hash_map<int, std::string> registered_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<grpc::ClientContext*> forwarding_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<int, Member> members_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::shared_ptr<Outbox>> stale_ ABSL_GUARDED_BY(mu_);  // FinishStale
   // Kept across sessions and upstream breaks: progress is the rank's.
   absl::flat_hash_map<int, RankProgress> progress_ ABSL_GUARDED_BY(mu_);
   UpSession* current_ ABSL_GUARDED_BY(mu_) = nullptr;

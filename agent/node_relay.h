@@ -80,7 +80,11 @@ struct NodeRelayStats {
   int64_t upstream_breaks = 0;    // lost without being replaced by us
   int64_t messages_up = 0;        // reports and acks written upstream
   int64_t messages_down = 0;      // plan messages written to rank sessions
+  int64_t upstream_messages = 0;  // plan messages read from upstream
   int64_t reports_dropped = 0;    // oldest reports dropped (queue full)
+  int64_t rank_sessions = 0;      // rank sessions bound (hellos accepted)
+  int64_t rank_sessions_ended = 0;
+  int64_t stale_sessions = 0;     // ended because the rank registered again
   std::string last_error;
 };
 

@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -446,18 +447,34 @@ int main(int argc, char** argv) {
 
   int64_t sent = 0, dropped = 0, connects = 0;
   std::string last_error;
+  std::map<std::string, int> prepared_epochs;  // newest PREPARE seen -> ranks
   for (auto& a : ranks) {
     agent::AgentStats st = a->stats();
+    ++prepared_epochs[absl::StrCat(st.last_prepare_epoch)];
     if (!st.last_error.empty()) last_error = st.last_error;
     sent += st.reports_sent;
     dropped += st.samples_dropped;
     connects += st.connects;
   }
+  int64_t upstream_breaks = 0, upstream_sessions = 0, attached = 0, carried = 0;
+  int64_t messages_down = 0, messages_up = 0, upstream_messages = 0;
+  int64_t rank_sessions = 0, rank_sessions_ended = 0, stale_sessions = 0;
+  for (auto& relay : relays) {
+    const agent::NodeRelayStats rs = relay->stats();
+    upstream_breaks += rs.upstream_breaks;
+    upstream_sessions += rs.upstream_sessions;
+    attached += rs.attached_ranks;
+    carried += rs.upstream_ranks;
+    messages_down += rs.messages_down;
+    upstream_messages += rs.upstream_messages;
+    rank_sessions += rs.rank_sessions;
+    rank_sessions_ended += rs.rank_sessions_ended;
+    stale_sessions += rs.stale_sessions;
+    messages_up += rs.messages_up;
+  }
   for (auto& a : single) a->Stop();
   for (auto& h : hosts) h->Stop();
-  int64_t upstream_breaks = 0;
   for (auto& relay : relays) {
-    upstream_breaks += relay->stats().upstream_breaks;
     relay->Stop();
   }
   relays.clear();
@@ -472,6 +489,16 @@ int main(int argc, char** argv) {
       {"relay_ranks_per_node", per_node},
       {"sessions", per_node > 0 ? agents / per_node : agents / per_session},
       {"relay_upstream_breaks", upstream_breaks},
+      {"relay_upstream_sessions_opened", upstream_sessions},
+      {"ranks_by_newest_prepare", prepared_epochs},
+      {"relay_ranks_attached", attached},
+      {"relay_messages_down", messages_down},
+      {"relay_messages_up", messages_up},
+      {"relay_upstream_messages", upstream_messages},
+      {"relay_rank_sessions", rank_sessions},
+      {"relay_rank_sessions_ended", rank_sessions_ended},
+      {"relay_stale_sessions", stale_sessions},
+      {"relay_ranks_carried_upstream", carried},
       {"stages", stages},
       {"replicas", dp},
       {"layers", num_layers},

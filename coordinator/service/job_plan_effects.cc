@@ -20,11 +20,15 @@ namespace dynmo::service {
 
 using dynmo::v1::CoordinatorMessage;
 
-void JobState::SendToParticipants(const CoordinatorMessage& m) {
+std::pair<int, int> JobState::SendToParticipants(const CoordinatorMessage& m) {
   auto shared = std::make_shared<const CoordinatorMessage>(m);
+  int ranks = 0, sessions = 0;
   for (SessionRanks& s : roster_.ParticipantSessions(layout_.active_stages)) {
+    ranks += static_cast<int>(s.ranks.size());
+    ++sessions;
     outbox_.Queue(std::move(s.sink), std::move(s.ranks), shared);
   }
+  return {ranks, sessions};
 }
 
 void JobState::ResendInFlight(const std::shared_ptr<SessionSink>& sink,
@@ -73,13 +77,14 @@ absl::StatusOr<dynmo::v1::Plan> JobState::IssueLocked(
   if (metrics_ != nullptr) metrics_->PlanIssued();
   rebalancer_.OnPlanIssued();
   const dynmo::v1::Plan& p = prepare.prepare();
+  const auto [ranks, sessions] = SendToParticipants(prepare);
   LogPlanLocked(absl::StrCat(
       "plan ", p.epoch(), " issued (", reason, "): boundaries [",
       absl::StrJoin(layout_.boundaries, ","), "] -> [", absl::StrJoin(p.boundaries(), ","),
       "], stages [", absl::StrJoin(p.active_stages(), ","), "], applies at iteration ",
       p.apply_iteration(), ", ", p.migrations_size(), " migrations, ",
-      p.migration_bytes(), " bytes"));
-  SendToParticipants(prepare);
+      p.migration_bytes(), " bytes; PREPARE to ", ranks, " ranks on ", sessions,
+      " sessions"));
   return prepare.prepare();
 }
 

@@ -33,6 +33,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -203,7 +204,8 @@ class JobState {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // ---- Plan effects (job_plan_effects.cc) ----
-  void SendToParticipants(const dynmo::v1::CoordinatorMessage& m)
+  // Returns how many ranks and sessions it went to.
+  std::pair<int, int> SendToParticipants(const dynmo::v1::CoordinatorMessage& m)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // What the (re)attached `ranks` of `sink` may have missed, one message per
   // kind for all of them (PlanProtocol::MissedMessages).
