@@ -62,10 +62,10 @@ class LocalCoordinator:
                     break
             time.sleep(0.02)
         if not port:
+            why = self.log_tail() if self._proc.poll() is not None else "no port file"
             self.stop()
             raise UnavailableError(
-                f"dynmo-coordinator did not start within {start_timeout_s} s: "
-                + self.log_tail())
+                f"dynmo-coordinator did not start within {start_timeout_s} s: {why}")
         self.port = int(port)
         self.address = f"127.0.0.1:{self.port}"
 
