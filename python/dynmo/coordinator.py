@@ -3,9 +3,9 @@
 For a single node, a test or an example: rank 0 starts the daemon on a
 loopback port the kernel picks (``--listen 127.0.0.1:0 --port_file F``) and
 hands ``address`` to every rank. The binary is ``binary`` if given, else
-$DYNMO_COORDINATOR, else ``dynmo-coordinator`` in $DYNMO_BIN_DIR, in the
-build tree beside this package (build/bin when it runs from build/python),
-or on PATH. ``stop()`` (or leaving the ``with`` block) sends SIGTERM and
+$DYNMO_COORDINATOR, else ``dynmo-coordinator`` in $DYNMO_BIN_DIR, the one
+``pip install`` put inside the package (dynmo/bin), the build tree's when
+the package runs from build/python (build/bin), or the one on PATH. ``stop()`` (or leaving the ``with`` block) sends SIGTERM and
 waits. Not thread-safe: owned by one thread.
 """
 from __future__ import annotations
@@ -28,6 +28,7 @@ def find_coordinator_binary() -> str:
     if os.environ.get("DYNMO_BIN_DIR"):
         candidates.append(os.path.join(os.environ["DYNMO_BIN_DIR"], "dynmo-coordinator"))
     here = os.path.dirname(os.path.abspath(__file__))
+    candidates.append(os.path.join(here, "bin", "dynmo-coordinator"))
     candidates.append(os.path.join(here, "..", "..", "bin", "dynmo-coordinator"))
     for c in candidates:
         if os.path.isfile(c) and os.access(c, os.X_OK):
