@@ -2,18 +2,19 @@
 live by DynMo.
 
     torchrun --nproc-per-node 2 examples/torch/gpt_pipeline.py \
-        --boundaries 0,7,10 --steps 40 --log_json out/torch-dynmo.jsonl
+        --steps 40 --log_json out/torch-dynmo.jsonl
 
 One stage per rank (Gloo on the CPU, NCCL on GPUs), GPipe schedule: every
 micro-batch's forward through the pipeline (activations sent to the next
 stage with point-to-point send/recv), then every micro-batch's backward
 (gradients sent back), then one AdamW step per stage. Stage s holds layers
 [b[s], b[s+1]) of the 10-layer GPT (gpt_model.py); ``--boundaries`` starts
-it skewed (default 0,7,10: the embedding and 6 blocks on stage 0).
+it skewed (default on 2 ranks 0,7,10: the embedding and 6 blocks on stage 0).
 
 With ``--coordinator embedded`` (the default) rank 0 starts a
-``dynmo-coordinator`` on a loopback port (``--coordinator HOST:PORT`` uses a
-running one, ``none`` trains static). Every rank reports its layers'
+``dynmo-coordinator`` on a loopback port (``--coordinator HOST:PORT`` or
+$DYNMO_COORDINATOR uses a running one, as under deploy/slurm and
+deploy/kubernetes, and sets the job's --trigger; ``none`` trains static). Every rank reports its layers'
 measured costs (``dynmo.torch.LayerTimer``) through ``dynmo.Agent``; at each
 iteration boundary the ranks agree in-band on the committed plan due, move
 layers with their AdamW state (``dynmo.torch.apply_plan``) and acknowledge
@@ -50,8 +51,9 @@ from gpt_model import GptConfig, build_layer  # noqa: E402
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=40)
-    p.add_argument("--boundaries", default="0,7,10",
-                   help="initial layout b0,...,bP over the blocks+2 layers")
+    p.add_argument("--boundaries", default=None,
+                   help="initial layout b0,...,bP over the blocks+2 layers "
+                        "(default: skewed, 70%% of the layers on stage 0; 0,7,10 on 2 ranks)")
     p.add_argument("--blocks", type=int, default=8)
     p.add_argument("--hidden", type=int, default=128)
     p.add_argument("--seq_len", type=int, default=64)
@@ -59,9 +61,11 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--micro_batch", type=int, default=4, help="rows per micro-batch")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--coordinator", default="embedded",
-                   help="embedded | none | HOST:PORT of a running dynmo-coordinator")
-    p.add_argument("--job", default="torch-gpt")
+    p.add_argument("--coordinator", default=os.environ.get("DYNMO_COORDINATOR", "embedded"),
+                   help="embedded | none | HOST:PORT of a running dynmo-coordinator "
+                        "(default: $DYNMO_COORDINATOR, else embedded)")
+    p.add_argument("--job", default=os.environ.get("DYNMO_JOB", "torch-gpt"),
+                   help="the job's name at the coordinator (default: $DYNMO_JOB)")
     p.add_argument("--trigger", default="every:5",
                    help="the job's rebalance trigger (every:N, auto, on-event, manual)")
     p.add_argument("--plan_lead_iterations", type=int, default=3,
@@ -146,6 +150,28 @@ class Pipeline:
                               self.args.microbatches)
 
 
+def skewed_boundaries(layers: int, stages: int) -> List[int]:
+    """Stage 0 holds ~70% of the layers, the others share the rest."""
+    if stages == 1:
+        return [0, layers]
+    rest = max(stages - 1, (layers * 3) // 10)
+    first = layers - rest
+    return [0] + [first + rest * s // (stages - 1) for s in range(stages - 1)] + [layers]
+
+
+def initial_boundaries(text: Optional[str], layers: int, stages: int) -> List[int]:
+    """--boundaries, checked (one stage per rank); SystemExit with one line."""
+    try:
+        b = [int(x) for x in text.split(",")] if text else skewed_boundaries(layers, stages)
+    except ValueError:
+        b = []
+    if (len(b) != stages + 1 or b[0] != 0 or b[-1] != layers
+            or any(x >= y for x, y in zip(b, b[1:]))):
+        raise SystemExit(f"gpt_pipeline: --boundaries {text or ','.join(map(str, b))} must be "
+                         f"0 < ... < {layers}, {stages + 1} integers (one stage per rank)")
+    return b
+
+
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
@@ -196,12 +222,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     rank, world = dist.get_rank(), dist.get_world_size()
     config = GptConfig(seq_len=args.seq_len, hidden=args.hidden, blocks=args.blocks,
                        seed=args.seed)
-    boundaries = [int(b) for b in args.boundaries.split(",")]
-    if (len(boundaries) != world + 1 or boundaries[0] != 0
-            or boundaries[-1] != config.num_layers
-            or any(a >= b for a, b in zip(boundaries, boundaries[1:]))):
-        raise SystemExit(f"gpt_pipeline: --boundaries {args.boundaries} must be 0 < ... < "
-                         f"{config.num_layers} with {world + 1} entries (one stage per rank)")
+    boundaries = initial_boundaries(args.boundaries, config.num_layers, world)
     pipe = Pipeline(args, config, boundaries, device)
     agent, local = connect(args, config, boundaries, device)
     log = open(args.log_json, "w") if args.log_json and rank == 0 else None
