@@ -42,7 +42,8 @@ class Agent:
     ``address`` is the coordinator's "host:port". ``token`` is the bearer
     token (or ``token_file``, read like the C++ tools do); ``tls_ca`` (a PEM
     file) turns on TLS, with ``tls_cert``/``tls_key`` for mutual TLS.
-    ``boundaries`` is the initial layout (empty: uniform). With
+    ``pipeline_rank`` (this rank's stage) defaults to ``rank``, i.e. one
+    replica. ``boundaries`` is the initial layout (empty: uniform). With
     ``connect_timeout_s`` the constructor waits for the session and raises
     ``UnavailableError`` (with the coordinator's message, e.g. why it refused
     the registration) when there is none in time.
