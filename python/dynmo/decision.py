@@ -107,7 +107,8 @@ def plan(problem: Problem, *, method: str = "optimal", rounds: Optional[int] = N
 def _stage_times_flag(stage_times: Optional[Sequence[Tuple[float, float, float]]]):
     if stage_times is None:
         return []
-    return ["--stage-times=" + ",".join(f"{f!r}:{b!r}:{w!r}" for f, b, w in stage_times)]
+    return ["--stage-times=" + ",".join(
+        f"{float(f)!r}:{float(b)!r}:{float(w)!r}" for f, b, w in stage_times)]
 
 
 def simulate(*, schedule: str, microbatches: int, stages: Optional[int] = None,

@@ -127,7 +127,7 @@ def test_simulate_draws_the_gantt_chart():
     (dict(schedule="1f1b", microbatches=2, stages=2),
      ["--schedule=1f1b", "--microbatches=2", "--stages=2"]),
     (dict(schedule="1f1b", microbatches=2, stage_times=[(1, float("nan"), 0)]),
-     ["--schedule=1f1b", "--microbatches=2", "--stage-times=1:nan:0"]),
+     ["--schedule=1f1b", "--microbatches=2", "--stage-times=1.0:nan:0.0"]),
 ])
 def test_bad_simulations_raise_dynmo_sims_message(bin_dir, kwargs, args):
     rc, _, err = run_tool(bin_dir, "dynmo-sim", args)
