@@ -264,6 +264,9 @@ class Agent::Impl {
         if (stop_) live_ctx_->TryCancel();
       }
     }
+    // What was queued while session_ was still unset (the hello may have
+    // been written already, so no write completion would pump it).
+    Kick();
     session->WaitDone();
     absl::MutexLock lock(&mu_);
     live_ctx_ = nullptr;
