@@ -33,12 +33,15 @@ ALLOWED = {
     "kernels": {"kernels"},
     "trainer": {"trainer", "agent", "coordinator/core", "coordinator/formats",
                 "kernels", "dynmo/v1", "cli"},
+    # The Python binding (dynmo._core): the agent and the tools' decision code.
+    "python": {"python", "agent", "coordinator/core", "coordinator/formats",
+               "coordinator/tools", "dynmo/v1"},
 }
 # Folders whose own code may include any of ours (they test or measure it).
 ANYTHING = {"tests", "bench", "examples"}
 OURS = ["cli", "rpc", "coordinator/core", "coordinator/formats", "coordinator/tools",
         "coordinator/service", "agent", "clients", "launcher", "kernels",
-        "trainer", "dynmo/v1", "tests", "bench"]
+        "trainer", "python", "dynmo/v1", "tests", "bench"]
 TORCH = ("torch/", "ATen/", "c10/", "caffe2/")
 TORCH_ALLOWED = {"trainer"} | ANYTHING
 # External libraries the pure layers must not see.

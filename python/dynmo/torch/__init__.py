@@ -1,0 +1,27 @@
+"""DynMo for PyTorch pipelines (torch 2.11): what a stage needs to report
+per-layer costs to the coordinator and to apply its plans.
+
+- ``LayerTimer`` (timing.py): forward / backward time and stashed activation
+  bytes per module, from hooks (CUDA events on a GPU, a monotonic clock on
+  the CPU).
+- ``layer_memory`` (memory.py): a module's parameters, gradients, buffers and
+  optimizer state in bytes; ``layer_costs`` turns timings and sizes into
+  the ``dynmo.LayerCost`` list ``Agent.report`` takes.
+- ``send_layer`` / ``recv_layer`` (migration.py): one module's parameters,
+  buffers and AdamW state (exp_avg, exp_avg_sq, step) between ranks over
+  torch.distributed point-to-point (Gloo or NCCL), bit-exact.
+- ``agree_on_plan`` and ``apply_plan`` (plan.py): every rank holds the
+  plan or none switches, then a stage's layers (an ``nn.ModuleList``) and
+  its optimizer follow the plan's moves.
+
+Importing this module imports torch; ``import dynmo`` alone does not.
+"""
+from dynmo.torch.memory import layer_costs, layer_memory, tensor_bytes
+from dynmo.torch.migration import recv_layer, send_layer
+from dynmo.torch.plan import StageLayers, agree_on_plan, apply_plan
+from dynmo.torch.timing import LayerTimer
+
+__all__ = [
+    "LayerTimer", "StageLayers", "agree_on_plan", "apply_plan", "layer_costs",
+    "layer_memory", "recv_layer", "send_layer", "tensor_bytes",
+]
