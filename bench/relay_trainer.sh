@@ -13,7 +13,7 @@ bin="${1:-build/bin}"
 steps="${2:-60}"
 work="$(mktemp -d /tmp/dynmo-relay-bench.XXXXXX)"
 trap 'rm -rf "$work"' EXIT
-job=(--pp=4 --layers=8 --hidden=64 --heads=4 --seq_len=32 --micro_batch=2
+job=(--pp=4 --dp=2 --layers=8 --hidden=64 --heads=4 --seq_len=32 --micro_batch=2
      --microbatches=4 --steps="$steps" --seed=7 --intra_op_threads=1
      --log_interval=10 --initial_boundaries=0,7,8,9,10 --balancer=time
      --trigger=every:20)

@@ -94,8 +94,13 @@ class Agent:
         self.rank = rank
         self._agent = _core.Agent(c)
         if connect_timeout_s is not None and not self.wait_connected(connect_timeout_s):
-            why = self.stats().last_error
+            stats = self.stats()
+            why = stats.last_error
             self.stop()
+            if stats.gave_up:  # refused for good (a malformed request, a bad
+                # token): said at once, not after the timeout
+                raise UnavailableError(
+                    f"the DynMo coordinator at {address} refused rank {rank}: {why}")
             raise UnavailableError(
                 f"cannot reach the DynMo coordinator at {address} within "
                 f"{connect_timeout_s} s" + (f": {why}" if why else ""))

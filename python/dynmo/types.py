@@ -105,3 +105,4 @@ class AgentStats:
     last_prepare_epoch: int
     last_prepare_unix_nanos: int
     last_error: str
+    gave_up: bool = False  # the coordinator refused the registration for good

@@ -98,6 +98,7 @@ py::dict StatsToDict(const agent::AgentStats& s) {
   d["last_prepare_epoch"] = s.last_prepare_epoch;
   d["last_prepare_unix_nanos"] = s.last_prepare_unix_nanos;
   d["last_error"] = s.last_error;
+  d["gave_up"] = s.gave_up;
   return d;
 }
 
