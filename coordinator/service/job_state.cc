@@ -378,38 +378,6 @@ dynmo::v1::JobRecord JobState::Record() const {
   return MakeJobRecord(PartsLocked());
 }
 
-absl::Status JobState::CheckOpenLocked() {
-  if (closed_) {
-    return absl::NotFoundError(absl::StrCat("job ", name_, " was deleted"));
-  }
-  last_activity_ = absl::Now();
-  return absl::OkStatus();
-}
-
-int JobState::Close(const std::string& why) {
-  FlushOnExit flush(this);
-  absl::MutexLock lock(&mu_);
-  closed_ = true;
-  const std::vector<SessionRanks> sessions = roster_.DetachAll();
-  for (const SessionRanks& s : sessions) {
-    outbox_.Close(s.sink, absl::NotFoundError(why));
-  }
-  metrics_.reset();  // its series leave /metrics with it
-  return static_cast<int>(sessions.size());
-}
-
-void JobState::Reopen() {
-  absl::MutexLock lock(&mu_);
-  closed_ = false;
-  last_activity_ = absl::Now();
-  if (deps_.metrics != nullptr) metrics_ = deps_.metrics->ForJob(name_);
-}
-
-absl::Time JobState::IdleSince() const {
-  absl::MutexLock lock(&mu_);
-  return roster_.connected() > 0 ? absl::InfiniteFuture() : last_activity_;
-}
-
 absl::Status JobState::PersistLocked() {
   return deps_.keeper->CommitJob(MakeJobRecord(PartsLocked()));
 }

@@ -12,6 +12,7 @@
 //   job_record.h                      the job as JobRecord / JobStatus / ...
 //   proto_convert.h, plan_convert.h   wire messages <-> plain structs
 //   job_plan_effects.cc               what a plan step does to the job
+//   job_lifecycle.cc                  open, closed (deleted), idle since
 //
 // Ranks register with their pipeline / data-parallel coordinates; each rank
 // then reports the per-layer costs of its own stage. Tick() evaluates the
