@@ -71,6 +71,11 @@ ABSL_FLAG(std::string, port_file, "",
 ABSL_FLAG(int, max_jobs, 1024, "jobs served at most");
 ABSL_FLAG(int, max_jobs_per_principal, 64,
           "jobs one named principal (--principals_file) may create (0: no cap)");
+ABSL_FLAG(std::string, metrics_auth_file, "",
+          "a file holding USER:PASSWORD: /metrics then wants HTTP basic auth "
+          "(empty: /metrics is open)");
+ABSL_FLAG(bool, reflection, true,
+          "serve gRPC server reflection (grpcurl list); health is always served");
 ABSL_FLAG(double, job_expiry_s, 86400,
           "delete a job after this many seconds with no connected rank and "
           "no registration, report or ack (0: never)");
@@ -146,6 +151,8 @@ int main(int argc, char** argv) {
   opts.token_file = absl::GetFlag(FLAGS_token_file);
   opts.agent_token_file = absl::GetFlag(FLAGS_agent_token_file);
   opts.principals_file = absl::GetFlag(FLAGS_principals_file);
+  opts.metrics_auth_file = absl::GetFlag(FLAGS_metrics_auth_file);
+  opts.reflection = absl::GetFlag(FLAGS_reflection);
   opts.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   opts.coordinator.state_dir = absl::GetFlag(FLAGS_state_dir);
   opts.coordinator.max_jobs = absl::GetFlag(FLAGS_max_jobs);

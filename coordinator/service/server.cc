@@ -2,6 +2,8 @@
 
 #include <exception>
 #include <fstream>
+#include <string>
+#include <utility>
 #include <sstream>
 #include <vector>
 
@@ -44,6 +46,22 @@ absl::StatusOr<std::string> ReadPem(const std::string& path, const char* what,
         what, " ", path, " holds no PEM block (", begin, " ... ", end, ")"));
   }
   return pem;
+}
+
+// The /metrics login, "USER:PASSWORD" on the file's first line.
+absl::StatusOr<std::pair<std::string, std::string>> ReadLogin(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  if (!in || !std::getline(in, line)) {
+    return absl::NotFoundError(absl::StrCat("cannot read the metrics login file ", path));
+  }
+  while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+  const size_t colon = line.find(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == line.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "metrics login file ", path, " must hold USER:PASSWORD on its first line"));
+  }
+  return std::make_pair(line.substr(0, colon), line.substr(colon + 1));
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(
@@ -127,6 +145,29 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     }
     impl->exposer->RegisterCollectable(
         impl->coordinator->metrics().registry());
+    if (!options.metrics_auth_file.empty()) {
+      absl::StatusOr<std::pair<std::string, std::string>> login =
+          ReadLogin(options.metrics_auth_file);
+      if (!login.ok()) return login.status();
+      impl->exposer->RegisterAuth(
+          [login = *login](const std::string& user, const std::string& password) {
+            // Constant time over the expected credentials.
+            unsigned char diff = user.size() == login.first.size() &&
+                                         password.size() == login.second.size()
+                                     ? 0
+                                     : 1;
+            for (size_t i = 0; i < login.first.size(); ++i) {
+              diff |= static_cast<unsigned char>((i < user.size() ? user[i] : 0) ^
+                                                 login.first[i]);
+            }
+            for (size_t i = 0; i < login.second.size(); ++i) {
+              diff |= static_cast<unsigned char>(
+                  (i < password.size() ? password[i] : 0) ^ login.second[i]);
+            }
+            return diff == 0;
+          },
+          "dynmo-coordinator");
+    }
     std::vector<int> ports = impl->exposer->GetListeningPorts();
     impl->metrics_port = ports.empty() ? 0 : ports.front();
   }
@@ -139,7 +180,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
                                                    &impl->auth);
 
   grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  if (options.reflection) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen, *creds, &impl->port);
   // One coordinator per address: without this, gRPC's SO_REUSEPORT lets a

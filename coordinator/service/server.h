@@ -32,6 +32,13 @@ struct ServerOptions {
   std::string agent_token_file;
   // Named principals with roles (auth.h); replaces both token files.
   std::string principals_file;
+  // "USER:PASSWORD" (one line): /metrics then wants HTTP basic auth
+  // (Prometheus' basic_auth). Empty: /metrics is open.
+  std::string metrics_auth_file;
+  // gRPC server reflection (grpcurl list). Health is always served, without
+  // credentials, for probes. Process-wide in gRPC: off only when no server
+  // of the process turned it on.
+  bool reflection = true;
   int max_message_bytes = 4 << 20;     // larger messages: RESOURCE_EXHAUSTED
   CoordinatorOptions coordinator;
 };

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <limits>
 
+#include "absl/strings/escaping.h"
 #include "agent/agent.h"
 #include "agent/channel.h"
 #include "agent/host_agent.h"
@@ -36,7 +37,9 @@ std::string TempDir() {
   return mkdtemp(tmpl);
 }
 
-std::string HttpGet(int port, const std::string& path) {
+// The body of GET `path`; with `whole`, the status line and headers too.
+std::string HttpGet(int port, const std::string& path, const std::string& header = "",
+                    bool whole = false) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -46,14 +49,16 @@ std::string HttpGet(int port, const std::string& path) {
     close(fd);
     return "";
   }
-  const std::string req = "GET " + path +
-                          " HTTP/1.0\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+  const std::string req = "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n" +
+                          (header.empty() ? "" : header + "\r\n") +
+                          "Connection: close\r\n\r\n";
   (void)!write(fd, req.data(), req.size());
   std::string out;
   char buf[4096];
   ssize_t n;
   while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
   close(fd);
+  if (whole) return out;
   const size_t body = out.find("\r\n\r\n");
   return body == std::string::npos ? "" : out.substr(body + 4);
 }
@@ -540,6 +545,31 @@ TEST_F(GrpcApiTest, WatchReleasedStreamsTheSnapshotThenChanges) {
   EXPECT_EQ(e.kind(), dynmo::v1::ReleasedEvent::CLAIMED);
   EXPECT_EQ(e.gpu().holder(), "sched");
   ctx.TryCancel();
+}
+
+TEST_F(GrpcApiTest, MetricsCanWantALogin) {
+  ServerOptions o;
+  o.metrics_listen = "127.0.0.1:0";
+  o.coordinator.state_dir = dir_ = TempDir();
+  o.metrics_auth_file = dir_ + "/metrics-login";
+  std::ofstream(o.metrics_auth_file) << "prometheus:s3cret\n";
+  auto s = CoordinatorServer::Start(o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  server_ = *std::move(s);
+  const int port = server_->metrics_port();
+  EXPECT_NE(HttpGet(port, "/metrics", "", true).find(" 401 "), std::string::npos)
+      << "no login";
+  const std::string wrong = "Authorization: Basic " + absl::Base64Escape("prometheus:nope");
+  EXPECT_NE(HttpGet(port, "/metrics", wrong, true).find(" 401 "), std::string::npos);
+  const std::string right = "Authorization: Basic " + absl::Base64Escape("prometheus:s3cret");
+  EXPECT_NE(HttpGet(port, "/metrics", right).find("dynmo_build_info"), std::string::npos);
+  server_->Shutdown();
+  server_.reset();
+  // A login file that is not USER:PASSWORD is refused in one line.
+  std::ofstream(o.metrics_auth_file) << "no-colon\n";
+  auto bad = CoordinatorServer::Start(o);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("USER:PASSWORD"), std::string::npos) << bad.status();
 }
 
 TEST_F(GrpcApiTest, MetricsPassPromtool) {
