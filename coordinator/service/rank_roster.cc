@@ -7,6 +7,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "coordinator/service/auth.h"
 #include "absl/strings/str_join.h"
 
 namespace dynmo::service {
@@ -137,12 +138,8 @@ absl::Status RankRoster::CheckAttach(int rank, absl::string_view session_key) co
 
 absl::Status RankRoster::CheckKey(int rank, absl::string_view key) const {
   const std::string& want = at(rank).session_key;
-  // Constant time over the issued key's length.
-  unsigned char diff = want.empty() || key.size() != want.size() ? 1 : 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    diff |= static_cast<unsigned char>((i < key.size() ? key[i] : 0) ^ want[i]);
-  }
-  if (diff != 0) {
+  const bool equal = ConstantTimeEquals(key, want);
+  if (want.empty() || !equal) {
     return absl::PermissionDeniedError(absl::StrCat(
         "the session key of rank ", rank, " of job ", shape_.job,
         " is not the one its newest Register issued (register again)"));

@@ -151,20 +151,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
       if (!login.ok()) return login.status();
       impl->exposer->RegisterAuth(
           [login = *login](const std::string& user, const std::string& password) {
-            // Constant time over the expected credentials.
-            unsigned char diff = user.size() == login.first.size() &&
-                                         password.size() == login.second.size()
-                                     ? 0
-                                     : 1;
-            for (size_t i = 0; i < login.first.size(); ++i) {
-              diff |= static_cast<unsigned char>((i < user.size() ? user[i] : 0) ^
-                                                 login.first[i]);
-            }
-            for (size_t i = 0; i < login.second.size(); ++i) {
-              diff |= static_cast<unsigned char>(
-                  (i < password.size() ? password[i] : 0) ^ login.second[i]);
-            }
-            return diff == 0;
+            // Both compared, whichever differs: the time says neither.
+            const bool user_ok = ConstantTimeEquals(user, login.first);
+            const bool password_ok = ConstantTimeEquals(password, login.second);
+            return user_ok && password_ok;
           },
           "dynmo-coordinator");
     }

@@ -308,8 +308,19 @@ int main(int argc, char** argv) {
   }
   auto channel = grpc::CreateChannel((*coord)->address(), grpc::InsecureChannelCredentials());
   auto ops = v1::OperatorService::NewStub(channel);
-  absl::SleepFor(absl::Milliseconds(300));  // the reports arrive
-  const nlohmann::json before = CanaryView(*ops);
+  // The canary is settled once the coordinator has bound both sessions (an
+  // agent counts itself connected when its hello is written, the
+  // coordinator when it has read it): a condition, not a clock.
+  nlohmann::json before = CanaryView(*ops);
+  for (int i = 0; i < 1000 && before.value("connected_ranks", 0) < 2; ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+    before = CanaryView(*ops);
+  }
+  if (before.value("connected_ranks", 0) < 2) {
+    std::fprintf(stderr, "dynmo-fuzz-grpc: the canary never had both sessions: %s\n",
+                 before.dump().c_str());
+    return 1;
+  }
 
   absl::Mutex mu;
   std::map<std::string, long> codes;
