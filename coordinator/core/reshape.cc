@@ -153,7 +153,10 @@ absl::StatusOr<ShapeCost> CostOfShape(absl::Span<const LayerCost> layers,
   if (!m.ok()) return m.status();
   PipelineModel model = ReplicaModel(layers, spec, pp, *m);
   if (absl::Status s = ValidateModel(model); !s.ok()) return s;
-  absl::StatusOr<Boundaries> b = PartitionOptimal(model, nullptr);
+  // On the same number of stages, ties go to the layout in force (the
+  // optimum moves nothing it need not move).
+  absl::StatusOr<Boundaries> b =
+      PartitionOptimal(model, pp == from.pp ? &from.boundaries : nullptr);
   if (!b.ok()) return b.status();
   Grid to{pp, dp, *std::move(b)};
   absl::StatusOr<ShapeCost> cost = Price(model, spec, to, *m);

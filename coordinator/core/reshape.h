@@ -86,7 +86,8 @@ struct ShapeCost {
 absl::Status ValidateShapeSpec(const ShapeSpec& spec);
 
 // What `layers` cost as `pp` x `dp` from the grid `from` (pp * dp must equal
-// from.pp * from.dp). Errors: invalid input, G not divisible by dp, more
+// from.pp * from.dp), on the optimal partition for pp stages (ties toward
+// from's boundaries when pp == from.pp). Errors: invalid input, G not divisible by dp, more
 // stages than layers, or memory caps no partition on pp stages fits.
 absl::StatusOr<ShapeCost> CostOfShape(absl::Span<const LayerCost> layers,
                                       const ShapeSpec& spec, const Grid& from,

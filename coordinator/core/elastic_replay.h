@@ -1,0 +1,99 @@
+// Elastic replay: what a trace (trace.h) costs a whole data-parallel job of
+// pp x dp ranks under five ways of running it, side by side:
+//
+//   static       the uniform partition on pp stages, all the time;
+//   repartition  DynMo's re-balancing on pp stages (every rank kept);
+//   release      re-balancing plus re-packing onto fewer stages when that
+//                keeps the bottleneck within `repack_tolerance` of the
+//                optimum on all pp stages; the freed ranks (dp per stage)
+//                go back to the cluster (counted out of GPU-seconds);
+//   reshape      re-balancing plus re-shaping the same ranks into the grid
+//                pp' x dp' the cost model (reshape.h) says is fastest;
+//   oracle       every record on its own exact optimum on pp stages,
+//                known in advance, moved for free (re-partitioning's
+//                ceiling).
+//
+// Decisions are taken when the trigger fires (every:N or on-change) on costs
+// SMOOTHED over a window of records (the mean of the last
+// `smoothing_window` records; 0 = the trigger's period), never on one
+// record's jitter, and adopted only when they promise `min_gain` on that
+// smoothed profile. A layout change is charged its bytes over the migration
+// bandwidth (re-partition and re-pack: the moved layers; re-shape: the
+// busiest receiver's copies); a re-shape must also repay its copy within
+// `payback_iterations` at the promised gain. Each record counts as one
+// iteration of the global batch (spec.global_microbatches).
+//
+// Pure and deterministic; thread-compatible.
+#ifndef DYNMO_COORDINATOR_CORE_ELASTIC_REPLAY_H_
+#define DYNMO_COORDINATOR_CORE_ELASTIC_REPLAY_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "coordinator/core/rebalance_trigger.h"
+#include "coordinator/core/reshape.h"
+#include "coordinator/core/trace.h"
+
+namespace dynmo::core {
+
+enum class ElasticMode { kStatic, kRepartition, kRelease, kReshape, kOracle };
+
+// "static", "repartition", "release", "reshape", "oracle".
+std::string ElasticModeName(ElasticMode mode);
+
+struct ElasticReplayConfig {
+  int pp = 4;
+  int dp = 1;
+  ShapeSpec spec;  // G, device, link, data-parallel costs
+  RebalanceTrigger trigger;
+  int smoothing_window = 0;  // records; 0 = the trigger's period
+  double min_gain = 0.01;
+  double repack_tolerance = 0.02;
+  // Bytes per second a re-partition's or re-pack's layer moves run at;
+  // 0 = free. Re-shape copies use spec.data_parallel.copy_bandwidth.
+  double migration_bandwidth_bytes_per_s = 0;
+  int payback_iterations = 50;
+  // A layer's parameters, for the all-reduce: its traced bytes over this
+  // (traces carry bytes, not parameter counts); 0 = no parameters.
+  int64_t resident_bytes_per_param = 0;
+};
+
+// Returns OK for pp, dp >= 1, a valid spec, a replayable trigger, window
+// >= 0, min_gain in [0, 1), tolerance finite >= 0, bandwidth finite >= 0,
+// payback >= 1, bytes per param >= 0.
+absl::Status ValidateElasticReplayConfig(const ElasticReplayConfig& config);
+
+struct ElasticEvent {
+  int64_t iter = 0;  // the record the decision was taken after
+  std::string what;  // e.g. "24x30 -> 12x60", "release 3 stages"
+};
+
+struct ModeResult {
+  ElasticMode mode = ElasticMode::kStatic;
+  double total_s = 0;      // every iteration, plus migration pauses
+  double migration_s = 0;
+  double tokens_per_s = 0;
+  double gpu_seconds = 0;  // ranks in use x time, summed
+  double mean_gpus = 0;    // gpu_seconds / total_s
+  // Tokens per second over the last tenth of the records (at least one).
+  double final_tokens_per_s = 0;
+  int changes = 0;         // adopted layout changes
+  Grid final_grid;
+  std::vector<ElasticEvent> events;
+};
+
+// The five modes, in the order of ElasticMode. Errors: invalid trace or
+// config, more stages than layers, memory caps the start does not fit, named
+// with the iter.
+absl::StatusOr<std::vector<ModeResult>> ReplayElastic(
+    const Trace& trace, const ElasticReplayConfig& config);
+
+// The mean of `records` layer by layer (F, B, W and bytes); ids 0..n-1.
+// Precondition: non-empty, equal layer counts.
+std::vector<LayerCost> MeanCosts(const std::vector<std::vector<LayerCost>>& records);
+
+}  // namespace dynmo::core
+
+#endif  // DYNMO_COORDINATOR_CORE_ELASTIC_REPLAY_H_
