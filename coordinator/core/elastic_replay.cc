@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/core/measures.h"
 #include "coordinator/core/migration.h"
 #include "coordinator/core/partition.h"
 #include "coordinator/core/repack.h"
@@ -69,6 +70,10 @@ absl::StatusOr<std::optional<Change>> Repartition(const ElasticReplayConfig& con
                           config.migration_bandwidth_bytes_per_s, &status),
                 "re-partition"};
   if (!status.ok()) return status;
+  // The move must repay its pause within the payback horizon.
+  if ((cur->iteration_s - next->iteration_s) * config.payback_iterations < change.pause_s) {
+    return std::nullopt;
+  }
   return change;
 }
 
@@ -81,17 +86,30 @@ absl::StatusOr<std::optional<Change>> Release(const ElasticReplayConfig& config,
   StageSpec device = config.spec.device;
   device.inflight_microbatches = 0;
   full.stages.assign(config.pp, device);
-  absl::StatusOr<double> reference = OptimalBottleneck(full);
-  if (!reference.ok()) return reference.status();
+  // Release trades what re-balancing gained for GPUs: the packed pipeline
+  // must keep the static layout's speed (its bottleneck on these costs).
+  const double reference =
+      Bottleneck(StageLoads(full, PartitionUniform(static_cast<int>(smoothed.size()), config.pp)));
   PipelineModel active = full;
   active.stages.assign(now.pp, device);
   RepackOptions options;
   options.tolerance = config.repack_tolerance;
-  options.reference_bottleneck = *reference;
+  options.reference_bottleneck = reference;
   options.current = now.boundaries;
   absl::StatusOr<RepackResult> packed = RepackOptimal(active, options);
   if (packed.ok() && static_cast<int>(packed->active_stages.size()) < now.pp) {
     const int k = static_cast<int>(packed->active_stages.size());
+    // The bottleneck is the stage model's view; the simulated iteration (the
+    // schedule's fill and drain included) must agree before GPUs go.
+    const Grid fixed{config.pp, now.dp, PartitionUniform(static_cast<int>(smoothed.size()), config.pp)};
+    absl::StatusOr<ShapeCost> fixed_cost = CostOfGrid(smoothed, config.spec, fixed);
+    if (!fixed_cost.ok()) return fixed_cost.status();
+    absl::StatusOr<ShapeCost> packed_cost =
+        CostOfGrid(smoothed, config.spec, Grid{k, now.dp, packed->boundaries});
+    if (!packed_cost.ok()) return packed_cost.status();
+    if (packed_cost->iteration_s > fixed_cost->iteration_s * (1 + config.repack_tolerance)) {
+      return Repartition(config, smoothed, now);
+    }
     const double bw = config.migration_bandwidth_bytes_per_s;
     return Change{Grid{k, now.dp, packed->boundaries},
                   bw > 0 ? static_cast<double>(packed->migration.total_bytes) / bw : 0,
@@ -159,8 +177,7 @@ absl::StatusOr<ModeResult> Run(const Trace& trace, const ElasticReplayConfig& co
     if (!TriggerFires(config.trigger, {since_decision, change, false})) continue;
     since_decision = 0;
     reference = costs;
-    const std::vector<LayerCost> smoothed =
-        MeanCosts(std::vector<std::vector<LayerCost>>(recent.begin(), recent.end()));
+    const std::vector<LayerCost> smoothed = SmoothedCosts(recent, config.step_threshold);
     absl::StatusOr<std::optional<Change>> next = decide(smoothed, grid);
     if (!next.ok()) return AtIter(iter, next.status());
     if (!next->has_value()) continue;
@@ -182,6 +199,18 @@ absl::StatusOr<ModeResult> Run(const Trace& trace, const ElasticReplayConfig& co
 }
 
 }  // namespace
+
+std::vector<LayerCost> SmoothedCosts(const std::deque<std::vector<LayerCost>>& recent,
+                                     double step_threshold) {
+  std::vector<std::vector<LayerCost>> window = {recent.back()};
+  std::vector<LayerCost> mean = recent.back();
+  for (auto it = recent.rbegin() + 1; it != recent.rend(); ++it) {
+    if (RelativeTimeChange(mean, *it) > step_threshold) break;
+    window.push_back(*it);
+    mean = MeanCosts(window);
+  }
+  return mean;
+}
 
 std::string ElasticModeName(ElasticMode mode) {
   switch (mode) {
@@ -234,6 +263,9 @@ absl::Status ValidateElasticReplayConfig(const ElasticReplayConfig& config) {
       !FiniteNonNegative(config.migration_bandwidth_bytes_per_s)) {
     return absl::InvalidArgumentError(
         "repack tolerance and migration bandwidth must be finite and >= 0");
+  }
+  if (!FiniteNonNegative(config.step_threshold)) {
+    return absl::InvalidArgumentError("step threshold must be finite and >= 0");
   }
   if (config.payback_iterations < 1 || config.resident_bytes_per_param < 0) {
     return absl::InvalidArgumentError(

@@ -3,9 +3,10 @@
 //
 //   static       the uniform partition on pp stages, all the time;
 //   repartition  DynMo's re-balancing on pp stages (every rank kept);
-//   release      re-balancing plus re-packing onto fewer stages when that
-//                keeps the bottleneck within `repack_tolerance` of the
-//                optimum on all pp stages; the freed ranks (dp per stage)
+//   release      re-balancing plus re-packing onto the fewest stages whose
+//                bottleneck stays within `repack_tolerance` of the STATIC
+//                layout's on the same costs (what re-balancing gained is
+//                taken as GPUs, not speed); the freed ranks (dp per stage)
 //                go back to the cluster (counted out of GPU-seconds);
 //   reshape      re-balancing plus re-shaping the same ranks into the grid
 //                pp' x dp' the cost model (reshape.h) says is fastest;
@@ -14,13 +15,14 @@
 //                ceiling).
 //
 // Decisions are taken when the trigger fires (every:N or on-change) on costs
-// SMOOTHED over a window of records (the mean of the last
-// `smoothing_window` records; 0 = the trigger's period), never on one
-// record's jitter, and adopted only when they promise `min_gain` on that
-// smoothed profile. A layout change is charged its bytes over the migration
-// bandwidth (re-partition and re-pack: the moved layers; re-shape: the
-// busiest receiver's copies); a re-shape must also repay its copy within
-// `payback_iterations` at the promised gain. Each record counts as one
+// SMOOTHED over a window matched to how the case changes (SmoothedCosts):
+// up to `smoothing_window` records (0 = the trigger's period), cut at the
+// newest step change, so jitter is averaged away while a step (a pruning
+// step, a freeze) is followed at once, never decided on one record's noise.
+// A change is adopted only when it promises `min_gain` on that smoothed
+// profile and repays its pause within `payback_iterations`. The pause is
+// its bytes over the migration bandwidth (re-partition and re-pack: the
+// moved layers; re-shape: the busiest receiver's copies). Each record counts as one
 // iteration of the global batch (spec.global_microbatches).
 //
 // Pure and deterministic; thread-compatible.
@@ -28,6 +30,7 @@
 #define DYNMO_COORDINATOR_CORE_ELASTIC_REPLAY_H_
 
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <vector>
 
@@ -49,6 +52,9 @@ struct ElasticReplayConfig {
   ShapeSpec spec;  // G, device, link, data-parallel costs
   RebalanceTrigger trigger;
   int smoothing_window = 0;  // records; 0 = the trigger's period
+  // A record whose layer times differ from the newer records' mean by more
+  // than this (RelativeTimeChange) is before a step: the window stops there.
+  double step_threshold = 0.05;
   double min_gain = 0.01;
   double repack_tolerance = 0.02;
   // Bytes per second a re-partition's or re-pack's layer moves run at;
@@ -61,8 +67,8 @@ struct ElasticReplayConfig {
 };
 
 // Returns OK for pp, dp >= 1, a valid spec, a replayable trigger, window
-// >= 0, min_gain in [0, 1), tolerance finite >= 0, bandwidth finite >= 0,
-// payback >= 1, bytes per param >= 0.
+// >= 0, min_gain in [0, 1), tolerance, step threshold and bandwidth finite
+// and >= 0, payback >= 1, bytes per param >= 0.
 absl::Status ValidateElasticReplayConfig(const ElasticReplayConfig& config);
 
 struct ElasticEvent {
@@ -89,6 +95,13 @@ struct ModeResult {
 // with the iter.
 absl::StatusOr<std::vector<ModeResult>> ReplayElastic(
     const Trace& trace, const ElasticReplayConfig& config);
+
+// The costs a decision uses: the mean of the newest record and the ones
+// before it, newest first, up to the first whose times differ from the mean
+// so far by more than `step_threshold`. Precondition: `recent` non-empty,
+// oldest first, equal layer counts.
+std::vector<LayerCost> SmoothedCosts(const std::deque<std::vector<LayerCost>>& recent,
+                                     double step_threshold);
 
 // The mean of `records` layer by layer (F, B, W and bytes); ids 0..n-1.
 // Precondition: non-empty, equal layer counts.

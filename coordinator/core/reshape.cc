@@ -71,6 +71,14 @@ absl::StatusOr<ShapeCost> Price(const PipelineModel& model, const ShapeSpec& spe
   return cost;
 }
 
+bool FitsEveryStage(const PipelineModel& model, const Boundaries& b) {
+  const LayerPrefix prefix(model.layers);
+  for (size_t s = 0; s + 1 < b.size(); ++s) {
+    if (!FitsMemory(prefix, model.stages[s], b[s], b[s + 1])) return false;
+  }
+  return true;
+}
+
 absl::StatusOr<int> MicrobatchesPerReplica(const ShapeSpec& spec, int dp) {
   if (spec.global_microbatches % dp != 0) {
     return absl::InvalidArgumentError(
@@ -161,6 +169,18 @@ absl::StatusOr<ShapeCost> CostOfShape(absl::Span<const LayerCost> layers,
   Grid to{pp, dp, *std::move(b)};
   absl::StatusOr<ShapeCost> cost = Price(model, spec, to, *m);
   if (!cost.ok()) return cost.status();
+  // The least bottleneck is not always the fastest iteration (the schedule's
+  // fill and drain see every stage): on the same stages, keep the layout in
+  // force when the simulator says it is at least as fast.
+  if (pp == from.pp && to.boundaries != from.boundaries &&
+      FitsEveryStage(model, from.boundaries)) {
+    absl::StatusOr<ShapeCost> kept = Price(model, spec, Grid{pp, dp, from.boundaries}, *m);
+    if (!kept.ok()) return kept.status();
+    if (kept->iteration_s <= cost->iteration_s) {
+      to.boundaries = from.boundaries;
+      cost = std::move(kept);
+    }
+  }
   const std::vector<int64_t> received = ReshapeReceiveBytes(layers, from, to);
   int64_t busiest = 0;
   for (int64_t r : received) {

@@ -87,7 +87,9 @@ absl::Status ValidateShapeSpec(const ShapeSpec& spec);
 
 // What `layers` cost as `pp` x `dp` from the grid `from` (pp * dp must equal
 // from.pp * from.dp), on the optimal partition for pp stages (ties toward
-// from's boundaries when pp == from.pp). Errors: invalid input, G not divisible by dp, more
+// from's boundaries when pp == from.pp; and from's own boundaries when they
+// fit and the simulator finds them at least as fast, since the least
+// bottleneck is not always the fastest iteration). Errors: invalid input, G not divisible by dp, more
 // stages than layers, or memory caps no partition on pp stages fits.
 absl::StatusOr<ShapeCost> CostOfShape(absl::Span<const LayerCost> layers,
                                       const ShapeSpec& spec, const Grid& from,

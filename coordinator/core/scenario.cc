@@ -34,12 +34,21 @@ LoadSeries LoadsOf(const ScenarioConfig& c) {
 // each part of the block, times the profiler's jitter. Three jitter draws per
 // layer whether or not a pass runs, so a pass switching off (freezing) does
 // not reshuffle the noise of every later layer.
-TraceLayer Price(const ScenarioConfig& c, const LayerLoad& load,
+//
+// `part` picks what of the block is priced: all of it, or one half of a
+// split block (the attention half holds the attention core and the
+// projections, the MLP half the MLP; weights and bytes 1/3 : 2/3).
+enum class Part { kBlock, kAttention, kMlp };
+
+TraceLayer Price(const ScenarioConfig& c, const LayerLoad& load, Part part,
                  ScenarioRandom& jitter) {
   const double a = c.attention_share;
-  const double matmuls = load.projections / 3 + 2 * load.mlp / 3;
+  const bool attn = part != Part::kMlp;
+  const bool mlp = part != Part::kAttention;
+  const double matmuls =
+      (attn ? load.projections / 3 : 0) + (mlp ? 2 * load.mlp / 3 : 0);
   const double fwd_or_bwd =
-      load.tokens * (a * load.attention + (1 - a) * matmuls);
+      load.tokens * ((attn ? a * load.attention : 0) + (1 - a) * matmuls);
   const double wgrad = load.tokens * matmuls;
   const double jf = std::exp(c.timing_noise * jitter.Normal());
   const double jb = std::exp(c.timing_noise * jitter.Normal());
@@ -48,7 +57,9 @@ TraceLayer Price(const ScenarioConfig& c, const LayerLoad& load,
   t.fwd_s = c.fwd_s * fwd_or_bwd * jf;
   t.bwd_s = load.needs_input_grad ? c.bwd_s * fwd_or_bwd * jb : 0;
   t.wgrad_s = load.needs_wgrad ? c.wgrad_s * wgrad * jw : 0;
-  t.mem_bytes = load.mem_bytes;
+  t.mem_bytes = part == Part::kBlock       ? load.mem_bytes
+                : part == Part::kAttention ? load.mem_bytes / 3
+                                           : load.mem_bytes - load.mem_bytes / 3;
   return t;
 }
 
@@ -61,9 +72,14 @@ absl::StatusOr<Trace> GenerateScenario(const ScenarioConfig& config) {
   Trace trace(config.iterations);
   for (int k = 0; k < config.iterations; ++k) {
     trace[k].iter = k;
-    trace[k].layers.reserve(config.layers);
+    trace[k].layers.reserve(config.split_blocks ? 2 * config.layers : config.layers);
     for (const LayerLoad& load : loads[k]) {
-      trace[k].layers.push_back(Price(config, load, jitter));
+      if (config.split_blocks) {
+        trace[k].layers.push_back(Price(config, load, Part::kAttention, jitter));
+        trace[k].layers.push_back(Price(config, load, Part::kMlp, jitter));
+      } else {
+        trace[k].layers.push_back(Price(config, load, Part::kBlock, jitter));
+      }
     }
   }
   return trace;

@@ -47,6 +47,11 @@ struct ScenarioConfig {
   int64_t bytes_per_param = 16;
   // Relative standard deviation of the profiler's per-pass jitter.
   double timing_noise = 0.01;
+  // Finer pipeline units: each block becomes two trace layers, its attention
+  // half (attention core + projections, 1/3 of the weights) then its MLP
+  // half (2/3 of the weights), each with its own passes and bytes, so a
+  // trace of `layers` blocks has 2 * layers layers.
+  bool split_blocks = false;
 };
 
 // Returns OK when the sizes are positive, times and shares finite and in

@@ -78,14 +78,14 @@ TEST(ReplayElastic, ReBalancingFollowsAShrinkingBackHalfAndTheOracleBoundsIt) {
 }
 
 TEST(ReplayElastic, ReleaseHandsBackStagesAtTheSameBottleneck) {
-  // Layers 4..7 become free: stages 2 and 3 have nothing to do. The best
-  // bottleneck on 4 stages is 1; a tolerance of 1 allows 2, which 2 stages
-  // of two unit layers reach, so 2 stages (of 2 replicas) are released.
+  // Layers 4..7 become free: stages 2 and 3 have nothing to do. The static
+  // layout's bottleneck is 2 (two unit layers), which 2 stages also reach,
+  // so at tolerance 1% two stages (of 2 replicas each) are released.
   const Trace trace = MakeTrace(
       40, 8, [](int k, int l) { return k >= 5 && l >= 4 ? 0.0 : 1.0; },
       [](int, int) { return 100; });
   ElasticReplayConfig c = Config(4, 2, 8);
-  c.repack_tolerance = 1.0;
+  c.repack_tolerance = 0.01;
   auto r = ReplayElastic(trace, c);
   ASSERT_TRUE(r.ok()) << r.status();
   const ModeResult& release = Mode(*r, ElasticMode::kRelease);
@@ -175,6 +175,30 @@ TEST(ReplayElastic, BadConfigIsRefused) {
   c = Config(2, 2, 3);  // 3 micro-batches over 2 replicas
   EXPECT_FALSE(ReplayElastic(trace, c).ok());
   EXPECT_FALSE(ReplayElastic(Trace{}, Config(1, 1, 1)).ok());
+}
+
+}  // namespace
+}  // namespace dynmo::core
+
+namespace dynmo::core {
+namespace {
+
+TEST(SmoothedCosts, AveragesJitterButStopsAtAStep) {
+  auto record = [](double t) {
+    std::vector<LayerCost> r(2);
+    r[0].fwd_s = t;
+    r[1].fwd_s = 1;
+    return r;
+  };
+  // 1.0, then a step to 2.0 with +-1% jitter: only the records after the
+  // step are averaged.
+  std::deque<std::vector<LayerCost>> recent = {record(1.0), record(1.0), record(2.02),
+                                               record(1.98), record(2.0)};
+  const std::vector<LayerCost> s = SmoothedCosts(recent, 0.05);
+  EXPECT_NEAR(s[0].fwd_s, 2.0, 1e-12);
+  // With no threshold at all every record is its own step.
+  EXPECT_NEAR(SmoothedCosts(recent, 0)[0].fwd_s, 2.0, 1e-12);
+  EXPECT_NEAR(SmoothedCosts({record(1.0), record(3.0)}, 10)[0].fwd_s, 2.0, 1e-12);
 }
 
 }  // namespace

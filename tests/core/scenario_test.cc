@@ -354,3 +354,36 @@ TEST(ScenarioTest, MoDRoutedBlocksShrinkToTheirCapacity) {
 
 }  // namespace
 }  // namespace dynmo::core
+
+namespace dynmo::core {
+namespace {
+
+TEST(ScenarioTest, SplitBlocksGiveHalvesThatAddUpToTheBlock) {
+  for (const char* name :
+       {"pruning", "freezing", "sparse-attention", "early-exit", "moe", "mod"}) {
+    ScenarioConfig c;
+    c.scenario = *ParseScenario(name);
+    c.layers = 6;
+    c.iterations = 30;
+    c.timing_noise = 0;
+    auto blocks = GenerateScenario(c);
+    c.split_blocks = true;
+    auto halves = GenerateScenario(c);
+    ASSERT_TRUE(blocks.ok() && halves.ok()) << name;
+    for (int k = 0; k < 30; ++k) {
+      ASSERT_EQ((*halves)[k].layers.size(), 12u);
+      for (int i = 0; i < 6; ++i) {
+        const TraceLayer& b = (*blocks)[k].layers[i];
+        const TraceLayer& a = (*halves)[k].layers[2 * i];
+        const TraceLayer& m = (*halves)[k].layers[2 * i + 1];
+        EXPECT_NEAR(a.fwd_s + m.fwd_s, b.fwd_s, 1e-15) << name << " " << k << " " << i;
+        EXPECT_NEAR(a.bwd_s + m.bwd_s, b.bwd_s, 1e-15) << name;
+        EXPECT_NEAR(a.wgrad_s + m.wgrad_s, b.wgrad_s, 1e-15) << name;
+        EXPECT_EQ(a.mem_bytes + m.mem_bytes, b.mem_bytes) << name;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dynmo::core
