@@ -30,13 +30,13 @@
 #define DYNMO_COORDINATOR_CORE_ELASTIC_REPLAY_H_
 
 #include <cstdint>
-#include <deque>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "coordinator/core/rebalance_trigger.h"
 #include "coordinator/core/reshape.h"
+#include "coordinator/core/smoothed_costs.h"
 #include "coordinator/core/trace.h"
 
 namespace dynmo::core {
@@ -95,17 +95,6 @@ struct ModeResult {
 // with the iter.
 absl::StatusOr<std::vector<ModeResult>> ReplayElastic(
     const Trace& trace, const ElasticReplayConfig& config);
-
-// The costs a decision uses: the mean of the newest record and the ones
-// before it, newest first, up to the first whose times differ from the mean
-// so far by more than `step_threshold`. Precondition: `recent` non-empty,
-// oldest first, equal layer counts.
-std::vector<LayerCost> SmoothedCosts(const std::deque<std::vector<LayerCost>>& recent,
-                                     double step_threshold);
-
-// The mean of `records` layer by layer (F, B, W and bytes); ids 0..n-1.
-// Precondition: non-empty, equal layer counts.
-std::vector<LayerCost> MeanCosts(const std::vector<std::vector<LayerCost>>& records);
 
 }  // namespace dynmo::core
 

@@ -1,9 +1,11 @@
 #include "coordinator/core/replay.h"
 
 #include <cmath>
+#include <deque>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/core/smoothed_costs.h"
 #include "coordinator/core/measures.h"
 #include "coordinator/core/migration.h"
 
@@ -108,6 +110,7 @@ absl::StatusOr<ReplayResult> ReplayTrace(const Trace& trace,
   // on the first profile, so an unchanging model never triggers on-change.
   std::vector<LayerCost> reference = LayerCostsOf(trace.front());
   int since_decision = 0;
+  std::deque<std::vector<LayerCost>> recent;  // records since the last decision
 
   for (size_t k = 0; k < trace.size(); ++k) {
     const int64_t iter = trace[k].iter;
@@ -128,6 +131,7 @@ absl::StatusOr<ReplayResult> ReplayTrace(const Trace& trace,
     result.static_fits_memory &= fixed->fits_memory;
     result.dynamic_fits_memory &= moving->fits_memory;
 
+    recent.push_back(model.layers);
     // A decision after the last record would never be used.
     if (k + 1 == trace.size()) break;
     ++since_decision;
@@ -137,20 +141,27 @@ absl::StatusOr<ReplayResult> ReplayTrace(const Trace& trace,
     ++result.decisions;
     since_decision = 0;
     reference = model.layers;
+    // Decide on the records since the last decision, smoothed and cut at the
+    // newest step (smoothed_costs.h), never on one record's jitter.
+    PipelineModel smoothed = model;
+    smoothed.layers = SmoothedCosts(recent, kDefaultChangeThreshold);
+    recent.clear();
     PartitionOptions options;
     options.method = config.balancer;
     options.current = current;
-    absl::StatusOr<PartitionResult> next = Partition(model, options);
+    absl::StatusOr<PartitionResult> next = Partition(smoothed, options);
     if (!next.ok()) return AtIter(iter, next.status());
     if (next->boundaries == current) continue;
     absl::StatusOr<IterationCost> promised =
-        CostOf(model, next->boundaries, config);
+        CostOf(smoothed, next->boundaries, config);
     if (!promised.ok()) return AtIter(iter, promised.status());
     // A partition over a memory cap cannot run at all, so leaving it is
     // worth any price; otherwise the move must promise min_gain.
+    absl::StatusOr<IterationCost> in_force = CostOf(smoothed, current, config);
+    if (!in_force.ok()) return AtIter(iter, in_force.status());
     const bool worth_it =
         !moving->fits_memory ||
-        promised->time_s < moving->time_s * (1 - config.min_gain);
+        promised->time_s < in_force->time_s * (1 - config.min_gain);
     if (!worth_it) continue;
 
     absl::StatusOr<MigrationPlan> plan =

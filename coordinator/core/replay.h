@@ -3,11 +3,11 @@
 //
 // Static holds the uniform partition (Megatron's default) for the whole
 // trace. Dynamic starts from the same uniform partition; after each record,
-// the trigger (rebalance_trigger.h) may run the balancer on that record's
-// profile, and the new partition takes effect from the next record, the way
-// the paper profiles one iteration after a dynamism event and then moves
-// layers. A proposal is adopted only when it promises at least min_gain on
-// that profile; each adopted change is charged its migration:
+// the trigger (rebalance_trigger.h) may run the balancer on the records
+// since the last decision, smoothed (SmoothedCosts: their mean, cut at the
+// newest step change), and the new partition takes effect from the next
+// record. A proposal is adopted only when it promises at least min_gain on
+// that smoothed profile; each adopted change is charged its migration:
 // PlanMigrationBetween's bytes divided by the migration bandwidth.
 //
 // Every record counts as one iteration (iter only orders them). An
