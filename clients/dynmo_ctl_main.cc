@@ -5,12 +5,13 @@
 //   dynmo-ctl --coordinator ADDR job NAME
 //   dynmo-ctl --coordinator ADDR plans NAME
 //   dynmo-ctl --coordinator ADDR released [--all]
+//   dynmo-ctl --coordinator ADDR placements [NAME]
 //   dynmo-ctl --coordinator ADDR claim ID... --holder WHO [--lease_seconds N]
 //   dynmo-ctl --coordinator ADDR return ID... --holder WHO
 //   dynmo-ctl --coordinator ADDR rebalance NAME
 //   dynmo-ctl --coordinator ADDR delete NAME [--force]
 //   dynmo-ctl --coordinator ADDR policy NAME [--balancer B] [--trigger T]
-//             [--repack] [--repack_tolerance X]
+//             [--repack] [--repack_tolerance X] [--elastic release|reshape]
 //
 // A readable table by default; --json prints the response message as JSON
 // (protobuf's canonical mapping). Exit status 0 on success, 1 on an RPC
@@ -50,6 +51,8 @@ ABSL_FLAG(std::string, balancer, "", "policy: balancer");
 ABSL_FLAG(std::string, trigger, "", "policy: trigger");
 ABSL_FLAG(bool, repack, false, "policy: enable re-packing");
 ABSL_FLAG(double, repack_tolerance, 0, "policy: re-packing tolerance");
+ABSL_FLAG(std::string, elastic, "",
+          "policy: what re-packing does with freed ranks: release | reshape");
 ABSL_FLAG(double, timeout_s, 10, "RPC deadline");
 ABSL_FLAG(bool, force, false,
           "delete: also a job with connected ranks (their sessions end)");
@@ -154,9 +157,10 @@ void PrintJob(const v1::JobStatus& st) {
   std::printf("iteration      %lld (%lld reports)\n",
               static_cast<long long>(s.last_iteration()),
               static_cast<long long>(s.reports()));
-  std::printf("policy         balancer=%s trigger=%s repack=%s tolerance=%g\n",
+  std::printf("policy         balancer=%s trigger=%s repack=%s tolerance=%g elastic=%s\n",
               s.policy().balancer().c_str(), s.policy().trigger().c_str(),
-              s.policy().repack() ? "on" : "off", s.policy().repack_tolerance());
+              s.policy().repack() ? "on" : "off", s.policy().repack_tolerance(),
+              s.policy().elastic().c_str());
   std::printf("active stages  [%s]\n", Ints(st.active_stages()).c_str());
   std::printf("boundaries     [%s]\n", Ints(st.boundaries()).c_str());
   std::printf("stage loads    [%s] s\n",
@@ -190,16 +194,28 @@ void PrintGpus(const google::protobuf::RepeatedPtrField<v1::ReleasedGpu>& gpus) 
   }
 }
 
+void PrintPlacements(const google::protobuf::RepeatedPtrField<v1::GpuPlacement>& where) {
+  std::printf("%-16s %5s %-16s %6s %5s %7s %6s\n", "JOB", "RANK", "HOST", "DEVICE",
+              "STAGE", "REPLICA", "EPOCH");
+  for (const auto& p : where) {
+    std::printf("%-16s %5d %-16s %6d %5s %7s %6llu\n", p.job().c_str(), p.rank(),
+                p.host().c_str(), p.device(),
+                p.released() ? "-" : absl::StrCat(p.stage()).c_str(),
+                p.released() ? "released" : absl::StrCat(p.replica()).c_str(),
+                static_cast<unsigned long long>(p.epoch()));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "dynmo-ctl --coordinator ADDR [--json] "
-      "{jobs | job NAME | plans NAME | released [--all] | "
+      "{jobs | job NAME | plans NAME | released [--all] | placements [NAME] | "
       "claim ID... --holder WHO [--lease_seconds N] | "
       "return ID... --holder WHO | rebalance NAME | delete NAME [--force] | "
       "policy NAME [--balancer B] [--trigger T] [--repack] "
-      "[--repack_tolerance X]}");
+      "[--repack_tolerance X] [--elastic release|reshape]}");
   if (dynmo::cli::HandleHelpOrVersion(argc, argv, "dynmo-ctl",
                                        absl::ProgramUsageMessage())) {
     return 0;
@@ -272,6 +288,18 @@ int main(int argc, char** argv) {
     grpc::Status s = sched->ListReleased(&ctx, req, &r);
     if (!s.ok()) return Fail("released", s);
     json ? PrintJson(r) : PrintGpus(r.gpus());
+    return 0;
+  }
+  if (cmd == "placements") {
+    if (args.size() > 1) return Usage("placements takes at most one job name");
+    grpc::ClientContext ctx;
+    Prepare(&ctx);
+    v1::ListPlacementsRequest req;
+    if (!args.empty()) req.set_job(args[0]);
+    v1::ListPlacementsResponse r;
+    grpc::Status s = sched->ListPlacements(&ctx, req, &r);
+    if (!s.ok()) return Fail("placements", s);
+    json ? PrintJson(r) : PrintPlacements(r.placements());
     return 0;
   }
   if (cmd == "claim" || cmd == "return") {
@@ -375,6 +403,7 @@ int main(int argc, char** argv) {
     if (given("repack_tolerance")) {
       req.mutable_policy()->set_repack_tolerance(absl::GetFlag(FLAGS_repack_tolerance));
     }
+    if (given("elastic")) req.mutable_policy()->set_elastic(absl::GetFlag(FLAGS_elastic));
     grpc::ClientContext ctx;
     Prepare(&ctx);
     v1::SetPolicyResponse r;
@@ -383,10 +412,10 @@ int main(int argc, char** argv) {
     if (json) {
       PrintJson(r);
     } else {
-      std::printf("balancer=%s trigger=%s repack=%s tolerance=%g\n",
+      std::printf("balancer=%s trigger=%s repack=%s tolerance=%g elastic=%s\n",
                   r.policy().balancer().c_str(), r.policy().trigger().c_str(),
                   r.policy().repack() ? "on" : "off",
-                  r.policy().repack_tolerance());
+                  r.policy().repack_tolerance(), r.policy().elastic().c_str());
     }
     return 0;
   }

@@ -35,6 +35,14 @@ ABSL_FLAG(std::string, trigger, "auto", "every:N | on-event | auto | manual");
 ABSL_FLAG(bool, repack, false, "re-pack onto fewer GPUs when possible");
 ABSL_FLAG(double, repack_tolerance, 0.0,
           "bottleneck loss re-packing may accept, relative (0.05 = 5%)");
+ABSL_FLAG(std::string, elastic, "release",
+          "what re-packing does with the ranks it frees: release (hand them "
+          "back) | reshape (more data-parallel replicas of a shorter pipeline "
+          "when the cost model predicts more throughput)");
+ABSL_FLAG(double, allreduce_bandwidth, 25e9,
+          "re-shaping: per-rank gradient all-reduce bus bandwidth, bytes/s");
+ABSL_FLAG(double, allreduce_overlap, 0.5,
+          "re-shaping: fraction of the all-reduce hidden behind the backward pass");
 ABSL_FLAG(std::string, tls_cert, "", "PEM server certificate (enables TLS)");
 ABSL_FLAG(std::string, tls_key, "", "PEM server key");
 ABSL_FLAG(std::string, tls_client_ca, "",
@@ -97,6 +105,12 @@ std::string BadNumbers() {
   if (!(std::isfinite(bandwidth) && bandwidth > 0)) {
     return "--migration_bandwidth must be finite and > 0 (bytes/s)";
   }
+  const double allreduce = absl::GetFlag(FLAGS_allreduce_bandwidth);
+  if (!(std::isfinite(allreduce) && allreduce > 0)) {
+    return "--allreduce_bandwidth must be finite and > 0 (bytes/s)";
+  }
+  const double overlap = absl::GetFlag(FLAGS_allreduce_overlap);
+  if (!(overlap >= 0 && overlap <= 1)) return "--allreduce_overlap must be in [0, 1]";
   if (absl::GetFlag(FLAGS_auto_horizon_iterations) < 1) {
     return "--auto_horizon_iterations must be >= 1";
   }
@@ -197,6 +211,14 @@ int main(int argc, char** argv) {
   job.default_policy.trigger = *trigger;
   job.default_policy.repack = absl::GetFlag(FLAGS_repack);
   job.default_policy.repack_tolerance = tolerance;
+  absl::StatusOr<service::Elastic> elastic =
+      service::ParseElastic(absl::GetFlag(FLAGS_elastic));
+  if (!elastic.ok()) {
+    std::fprintf(stderr, "dynmo-coordinator: --%s\n",
+                 std::string(elastic.status().message()).c_str());
+    return 2;
+  }
+  job.default_policy.elastic = *elastic;
   job.plan_lead_iterations = absl::GetFlag(FLAGS_plan_lead_iterations);
   job.prepare_timeout = absl::Seconds(absl::GetFlag(FLAGS_prepare_timeout_s));
   const std::string commit = absl::GetFlag(FLAGS_commit);
@@ -210,6 +232,11 @@ int main(int argc, char** argv) {
   job.auto_options.bandwidth_bytes_per_s =
       absl::GetFlag(FLAGS_migration_bandwidth);
   job.auto_options.noise_sigmas = absl::GetFlag(FLAGS_auto_noise_sigmas);
+  job.auto_options.data_parallel.allreduce_bandwidth_bytes_per_s =
+      absl::GetFlag(FLAGS_allreduce_bandwidth);
+  job.auto_options.data_parallel.overlap = absl::GetFlag(FLAGS_allreduce_overlap);
+  job.auto_options.data_parallel.copy_bandwidth_bytes_per_s =
+      absl::GetFlag(FLAGS_migration_bandwidth);
   if (!(job.auto_options.noise_sigmas >= 0) ||
       !std::isfinite(job.auto_options.noise_sigmas)) {
     std::fprintf(stderr, "dynmo-coordinator: --auto_noise_sigmas must be finite and >= 0\n");

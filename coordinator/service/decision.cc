@@ -1,5 +1,6 @@
 #include "coordinator/service/decision.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -8,6 +9,9 @@
 
 namespace dynmo::service {
 namespace {
+
+// A re-shape must promise this much over the best alternative.
+constexpr double kReshapeMinGain = 1.01;
 
 int OriginalId(const std::vector<int>& active, int model_stage) {
   return active[static_cast<size_t>(model_stage)];
@@ -19,6 +23,76 @@ std::vector<core::CommSplit> IdentitySplit(const std::vector<int>& active) {
     split.push_back({active[i], 0, static_cast<int>(i)});
   }
   return split;
+}
+
+// The device every rank of a re-shaped grid is priced as: the smallest
+// capacity (unbounded only when every stage is) and the slowest speed.
+core::StageSpec CommonDevice(const std::vector<core::StageSpec>& stages) {
+  core::StageSpec d = stages.front();
+  for (const core::StageSpec& s : stages) {
+    if (s.capacity_bytes >= 0 &&
+        (d.capacity_bytes < 0 || s.capacity_bytes < d.capacity_bytes)) {
+      d.capacity_bytes = s.capacity_bytes;
+    }
+    d.speed = std::min(d.speed, s.speed);
+  }
+  return d;
+}
+
+// The re-shape decision (see Decide), or none.
+absl::StatusOr<std::optional<Decision>> DecideReshape(const DecisionInput& in) {
+  const int num_stages = static_cast<int>(in.model.stages.size());
+  // Only a job running every stage it started with is re-shaped: its ranks
+  // are then positions 0..pp*dp-1 of plan.proto's Reshape rule.
+  if (in.full_stages > num_stages) return std::optional<Decision>();
+  core::ShapeSpec spec;
+  spec.global_microbatches = in.microbatches * in.data_parallel;
+  spec.schedule = in.schedule;
+  spec.device = CommonDevice(in.model.stages);
+  spec.link = in.model.link;
+  spec.data_parallel = in.data_parallel_spec;
+  const core::Grid from{num_stages, in.data_parallel, in.current};
+  absl::StatusOr<std::vector<core::ShapeCost>> shapes =
+      core::FeasibleShapes(in.model.layers, spec, from);
+  if (!shapes.ok()) return std::optional<Decision>();  // keep the shape
+  const core::ShapeCost& best = shapes->front();
+  if (best.pp == num_stages) return std::optional<Decision>();
+  absl::StatusOr<core::ShapeCost> now = core::CostOfGrid(in.model.layers, spec, from);
+  if (!now.ok()) return now.status();
+  absl::StatusOr<core::ShapeCost> in_place =
+      core::CostOfShape(in.model.layers, spec, from, num_stages, in.data_parallel);
+  if (!in_place.ok()) return in_place.status();
+  ReshapeChoice choice;
+  choice.pipeline_size = best.pp;
+  choice.data_parallel = best.dp;
+  choice.copy_bytes = best.copy_bytes;
+  choice.microbatches_per_s = best.tokens_per_s;  // one "token" per micro-batch
+  choice.previous_microbatches_per_s = in_place->tokens_per_s;
+  core::RepackOptions ro;
+  ro.tolerance = in.policy.repack_tolerance;
+  ro.current = in.current;
+  absl::StatusOr<core::RepackResult> packed = core::RepackOptimal(in.model, ro);
+  if (packed.ok() && !packed->released_stages.empty()) {
+    absl::StatusOr<core::ShapeCost> release = core::CostOfGrid(
+        in.model.layers, spec,
+        core::Grid{static_cast<int>(packed->active_stages.size()), in.data_parallel,
+                   packed->boundaries});
+    if (release.ok()) choice.release_microbatches_per_s = release->tokens_per_s;
+  }
+  const double rival =
+      std::max(choice.previous_microbatches_per_s, choice.release_microbatches_per_s);
+  if (!(choice.microbatches_per_s > rival * kReshapeMinGain)) {
+    return std::optional<Decision>();
+  }
+  Decision d;
+  d.changes_layout = true;
+  d.boundaries = best.boundaries;
+  for (int s = 0; s < best.pp; ++s) d.active_stages.push_back(s);
+  d.migration_bytes = best.copy_bytes;
+  d.current_bottleneck_s = now->iteration_s / in.microbatches;
+  d.predicted_bottleneck_s = best.iteration_s / in.microbatches;
+  d.reshape = choice;
+  return std::optional<Decision>(std::move(d));
 }
 
 }  // namespace
@@ -43,7 +117,12 @@ absl::StatusOr<Decision> Decide(const DecisionInput& input) {
   d.current_bottleneck_s =
       core::Bottleneck(core::StageLoads(input.model, input.current));
 
-  if (input.policy.repack && num_stages > 1) {
+  if (input.policy.repack && input.policy.elastic == Elastic::kReshape) {
+    absl::StatusOr<std::optional<Decision>> r = DecideReshape(input);
+    if (!r.ok()) return r.status();
+    if (r->has_value()) return **std::move(r);
+    // No re-shape pays: re-balance in place and release nothing.
+  } else if (input.policy.repack && num_stages > 1) {
     core::RepackOptions ro;
     ro.tolerance = input.policy.repack_tolerance;
     ro.current = input.current;

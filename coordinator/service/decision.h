@@ -7,6 +7,7 @@
 #define DYNMO_COORDINATOR_SERVICE_DECISION_H_
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -14,6 +15,7 @@
 #include "coordinator/core/cost_model.h"
 #include "coordinator/core/migration.h"
 #include "coordinator/core/repack.h"
+#include "coordinator/core/reshape.h"
 #include "coordinator/service/policy.h"
 
 namespace dynmo::service {
@@ -27,6 +29,23 @@ struct DecisionInput {
   // relative to the optimal bottleneck on that many stages like the active
   // ones, so re-packs never compound. 0 = the active stages.
   int full_stages = 0;
+  // For re-shaping (policy.elastic = reshape): the replicas per stage, the
+  // micro-batches each replica runs per iteration, the schedule, and the
+  // cluster's data-parallel costs.
+  int data_parallel = 1;
+  int microbatches = 1;
+  core::Schedule schedule = core::Schedule::k1F1B;
+  core::DataParallelSpec data_parallel_spec;
+};
+
+// A re-shape of the job's ranks into pp x dp (plan.proto's Reshape).
+struct ReshapeChoice {
+  int pipeline_size = 1;
+  int data_parallel = 1;
+  int64_t copy_bytes = 0;
+  double microbatches_per_s = 0;           // after
+  double previous_microbatches_per_s = 0;  // the shape in force, re-balanced
+  double release_microbatches_per_s = 0;   // re-packing with release; 0: none
 };
 
 struct Decision {
@@ -39,10 +58,18 @@ struct Decision {
   int64_t migration_bytes = 0;
   double current_bottleneck_s = 0;
   double predicted_bottleneck_s = 0;
+  // Set when the decision re-shapes the job: `boundaries` are then over the
+  // new stages 0..pp-1 (`active_stages`), nothing is released, migrations
+  // and split are empty, migration_bytes is the copies' total, and the two
+  // bottlenecks are the iteration times per original micro-batch.
+  std::optional<ReshapeChoice> reshape;
 };
 
 // Runs the policy's balancer (and RepackOptimal when re-packing is on and it
-// can release a stage). Errors come from the core (invalid model, caps no
+// can release a stage). With elastic = reshape, no stage is released:
+// when every stage is active and the fastest feasible grid of the job's
+// ranks (core::FeasibleShapes) has another pipeline depth and beats both
+// re-balancing in place and releasing by 1%, the decision re-shapes. Errors come from the core (invalid model, caps no
 // partition satisfies) or from a current layout that does not fit the model.
 absl::StatusOr<Decision> Decide(const DecisionInput& input);
 

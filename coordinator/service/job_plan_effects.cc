@@ -6,6 +6,7 @@
 // it), then queue the messages (sent after the job's lock is released).
 //
 // Part of JobState (job_state.h); every function runs under the job's lock.
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <utility>
@@ -111,6 +112,21 @@ void JobState::AbortLocked(const std::string& why) {
   if (metrics_ != nullptr) metrics_->PlanAborted();
 }
 
+void JobState::ReshapeLocked(const dynmo::v1::Reshape& reshape) {
+  const int pp = reshape.pipeline_size();
+  const int dp = reshape.data_parallel_size();
+  // The global batch stays: each of the dp replicas runs its share.
+  const int global = layout_.microbatches * roster_.shape().data_parallel_size;
+  roster_.Reshape(pp, dp);
+  layout_.microbatches = std::max(1, global / dp);
+  // The profile is per replica: start it again for the new replicas (each
+  // layer's costs arrive with the next reports of its new owners).
+  profile_ = core::CostProfile(
+      dp, roster_.shape().num_layers,
+      core::CostProfileOptions{options_.smoothing, options_.noise_smoothing});
+  rebalancer_.Rearm();
+}
+
 void JobState::ApplyLocked(const std::string& why) {
   const absl::Time now = absl::Now();
   const dynmo::v1::Plan plan = protocol_.Apply(why, now);
@@ -118,6 +134,7 @@ void JobState::ApplyLocked(const std::string& why) {
   layout_.boundaries.assign(plan.boundaries().begin(), plan.boundaries().end());
   layout_.active_stages.assign(plan.active_stages().begin(),
                                plan.active_stages().end());
+  if (plan.has_reshape()) ReshapeLocked(plan.reshape());
   PersistSettledLocked();
   LogPlanLocked(absl::StrCat("plan ", plan.epoch(), " applied at iteration ",
                              plan.apply_iteration(), " (", why, ")",

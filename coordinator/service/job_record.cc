@@ -69,6 +69,27 @@ dynmo::v1::JobStatus MakeJobStatus(
   return st;
 }
 
+std::vector<dynmo::v1::GpuPlacement> MakePlacements(const JobParts& job) {
+  std::vector<dynmo::v1::GpuPlacement> out;
+  for (int r = 0; r < job.roster.size(); ++r) {
+    const RosterRank& rank = job.roster.at(r);
+    if (!rank.registered) continue;
+    dynmo::v1::GpuPlacement p;
+    p.set_job(job.roster.shape().job);
+    p.set_rank(r);
+    p.set_host(rank.host);
+    p.set_device(rank.device);
+    const bool released =
+        !RankRoster::IsActiveStage(job.layout.active_stages, rank.pipeline_rank);
+    p.set_released(released);
+    p.set_stage(released ? -1 : rank.pipeline_rank);
+    p.set_replica(released ? -1 : rank.data_parallel_rank);
+    p.set_epoch(job.protocol.applied_epoch());
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
 dynmo::v1::RegisterResponse MakeRegisterResponse(const JobParts& job, int rank) {
   dynmo::v1::RegisterResponse response;
   response.set_epoch(job.protocol.epoch());

@@ -35,6 +35,8 @@ dynmo::v1::JobSummary MakeJobSummary(const JobParts& job);
 // listed when it is there.
 dynmo::v1::JobStatus MakeJobStatus(
     const JobParts& job, const absl::StatusOr<core::PipelineModel>& model);
+// Each registered rank's device and place in the current grid, or released.
+std::vector<dynmo::v1::GpuPlacement> MakePlacements(const JobParts& job);
 // The epochs and the layout, and whether `rank` (registered) was released.
 dynmo::v1::RegisterResponse MakeRegisterResponse(const JobParts& job, int rank);
 

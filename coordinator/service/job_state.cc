@@ -306,7 +306,7 @@ void JobState::Tick(absl::Time now) {
   const std::vector<int>& active = layout_.active_stages;
   std::optional<Proposal> proposal = rebalancer_.Consider(RebalanceContext{
       *model, layout_, profile_, roster_.shape().pipeline_size,
-      roster_.CheckConnected(active).ok(),
+      roster_.shape().data_parallel_size, roster_.CheckConnected(active).ok(),
       roster_.ReportedSince(active, rebalancer_.model_changed_iteration())});
   if (!proposal) return;
   absl::StatusOr<dynmo::v1::Plan> issued =
@@ -329,7 +329,8 @@ absl::StatusOr<dynmo::v1::RebalanceResponse> JobState::Rebalance(absl::Time now)
   MeasureLocked(*model);
   dynmo::v1::RebalanceResponse response;
   absl::StatusOr<std::optional<Proposal>> proposal = rebalancer_.DecideNow(
-      *model, layout_, roster_.shape().pipeline_size, response.mutable_detail());
+      *model, layout_, roster_.shape().pipeline_size, roster_.shape().data_parallel_size,
+      response.mutable_detail());
   if (!proposal.ok()) return proposal.status();
   if (!proposal->has_value()) return response;  // issued: false
   absl::StatusOr<dynmo::v1::Plan> plan =
@@ -357,25 +358,6 @@ absl::StatusOr<dynmo::v1::Policy> JobState::SetPolicy(
   }
   rebalancer_.Rearm();  // re-evaluate under the new policy
   return PolicyToProto(*p);
-}
-
-JobParts JobState::PartsLocked() const {
-  return JobParts{roster_, protocol_, layout_, rebalancer_, reports_, owner_};
-}
-
-dynmo::v1::JobSummary JobState::Summary() const {
-  absl::MutexLock lock(&mu_);
-  return MakeJobSummary(PartsLocked());
-}
-
-dynmo::v1::JobStatus JobState::Status() const {
-  absl::MutexLock lock(&mu_);
-  return MakeJobStatus(PartsLocked(), ModelLocked());
-}
-
-dynmo::v1::JobRecord JobState::Record() const {
-  absl::MutexLock lock(&mu_);
-  return MakeJobRecord(PartsLocked());
 }
 
 absl::Status JobState::PersistLocked() {

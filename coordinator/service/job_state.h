@@ -154,6 +154,9 @@ class JobState {
 
   dynmo::v1::JobSummary Summary() const;
   dynmo::v1::JobStatus Status() const;
+  // Each registered rank's device and place in the job's grid, or released
+  // (SchedulerService.ListPlacements).
+  std::vector<dynmo::v1::GpuPlacement> Placements() const;
   // The durable record (what the state dir holds for this job).
   dynmo::v1::JobRecord Record() const;
 
@@ -223,6 +226,8 @@ class JobState {
   void CommitLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AbortLocked(const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyLocked(const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A re-shaping plan's effects on the roster, the layout and the profile.
+  void ReshapeLocked(const dynmo::v1::Reshape& reshape) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // The parts job_record.h makes the job's messages from.
   JobParts PartsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

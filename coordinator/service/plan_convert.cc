@@ -23,6 +23,15 @@ void SetPlanLayout(const Decision& d, dynmo::v1::Plan* plan) {
   plan->set_migration_bytes(d.migration_bytes);
   plan->set_predicted_bottleneck_s(d.predicted_bottleneck_s);
   plan->set_previous_bottleneck_s(d.current_bottleneck_s);
+  if (d.reshape.has_value()) {
+    dynmo::v1::Reshape* r = plan->mutable_reshape();
+    r->set_pipeline_size(d.reshape->pipeline_size);
+    r->set_data_parallel_size(d.reshape->data_parallel);
+    r->set_copy_bytes(d.reshape->copy_bytes);
+    r->set_predicted_microbatches_per_s(d.reshape->microbatches_per_s);
+    r->set_release_microbatches_per_s(d.reshape->release_microbatches_per_s);
+    r->set_previous_microbatches_per_s(d.reshape->previous_microbatches_per_s);
+  }
 }
 
 }  // namespace dynmo::service

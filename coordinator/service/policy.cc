@@ -17,6 +17,17 @@ absl::StatusOr<Trigger> ParseTrigger(absl::string_view text) {
   return t;
 }
 
+absl::StatusOr<Elastic> ParseElastic(absl::string_view text) {
+  if (text == "release") return Elastic::kRelease;
+  if (text == "reshape") return Elastic::kReshape;
+  return absl::InvalidArgumentError(
+      absl::StrCat("elastic must be release or reshape, got '", text, "'"));
+}
+
+std::string ElasticName(Elastic elastic) {
+  return elastic == Elastic::kReshape ? "reshape" : "release";
+}
+
 TriggerCall EvaluateTrigger(const Trigger& trigger, const TriggerState& state) {
   TriggerCall call;
   core::TriggerInput in;

@@ -33,6 +33,7 @@
 #include "absl/strings/string_view.h"
 #include "coordinator/core/partition.h"
 #include "coordinator/core/rebalance_trigger.h"
+#include "coordinator/core/reshape.h"
 
 namespace dynmo::service {
 
@@ -64,11 +65,22 @@ struct TriggerCall {
 // issued is EvaluateAuto's and AutoGate's call on the decision.
 TriggerCall EvaluateTrigger(const Trigger& trigger, const TriggerState& state);
 
+// What re-packing does with the ranks it frees: hand them back to the
+// scheduler, or keep them and re-shape the job into more data-parallel
+// replicas of a shorter pipeline when the cost model (core/reshape.h)
+// predicts more micro-batches per second than releasing.
+enum class Elastic { kRelease, kReshape };
+
+// "release" or "reshape".
+absl::StatusOr<Elastic> ParseElastic(absl::string_view text);
+std::string ElasticName(Elastic elastic);
+
 struct Policy {
   core::PartitionMethod balancer = core::PartitionMethod::kOptimal;
   Trigger trigger{Trigger::Kind::kAuto};
   bool repack = false;
   double repack_tolerance = 0;  // >= 0, relative bottleneck loss allowed
+  Elastic elastic = Elastic::kRelease;
 };
 
 // Knobs of the auto trigger; the defaults are deliberately conservative.
@@ -83,6 +95,9 @@ struct AutoOptions {
   // gain (3: a stationary job's noise passes about 1 evaluation in 700,
   // and `confirmations` of them in a row practically never).
   double noise_sigmas = 3.0;
+  // The cluster's data-parallel costs, for weighing a re-shape: the
+  // gradient all-reduce and the copies to new replicas (core/reshape.h).
+  core::DataParallelSpec data_parallel{25e9, 0.5, 4, 10e9};
 };
 
 struct AutoInput {

@@ -54,6 +54,11 @@ absl::StatusOr<Policy> PolicyFromProto(const dynmo::v1::Policy& proto,
   }
   p.repack = proto.repack();
   p.repack_tolerance = proto.repack_tolerance();
+  if (!proto.elastic().empty()) {
+    absl::StatusOr<Elastic> e = ParseElastic(proto.elastic());
+    if (!e.ok()) return e.status();
+    p.elastic = *e;
+  }
   return p;
 }
 
@@ -63,6 +68,7 @@ dynmo::v1::Policy PolicyToProto(const Policy& policy) {
   p.set_trigger(TriggerName(policy.trigger));
   p.set_repack(policy.repack);
   p.set_repack_tolerance(policy.repack_tolerance);
+  p.set_elastic(ElasticName(policy.elastic));
   return p;
 }
 

@@ -104,6 +104,18 @@ void RankRoster::Restore(const dynmo::v1::JobRecord& record) {
   }
 }
 
+void RankRoster::Reshape(int pipeline_size, int data_parallel_size) {
+  shape_.pipeline_size = pipeline_size;
+  shape_.data_parallel_size = data_parallel_size;
+  for (int r = 0; r < size(); ++r) {
+    RosterRank& rank = ranks_[static_cast<size_t>(r)];
+    if (!rank.registered) continue;
+    rank.pipeline_rank = r / data_parallel_size;
+    rank.data_parallel_rank = r % data_parallel_size;
+    rank.memory_used_bytes = 0;  // the stage it measured is gone
+  }
+}
+
 void RankRoster::ToRecord(dynmo::v1::JobRecord* record) const {
   record->set_name(shape_.job);
   record->set_pipeline_size(shape_.pipeline_size);

@@ -79,6 +79,11 @@ class RankRoster {
   void Register(const dynmo::v1::RegisterRequest& request);
   // The ranks of a restored record (registered, not connected).
   void Restore(const dynmo::v1::JobRecord& record);
+  // A re-shaping plan applied (plan.proto's Reshape): the job is now
+  // `pipeline_size` x `data_parallel_size` over the same ranks; rank r
+  // becomes stage r / dp, replica r % dp. Sessions and keys are kept.
+  // Precondition: pipeline_size * data_parallel_size == size().
+  void Reshape(int pipeline_size, int data_parallel_size);
   // Writes the shape and the registered ranks into `record`.
   void ToRecord(dynmo::v1::JobRecord* record) const;
 

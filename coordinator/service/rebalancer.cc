@@ -59,7 +59,7 @@ std::optional<Proposal> Rebalancer::Consider(const RebalanceContext& context) {
   last_decision_iteration_ = newest_iteration_;
   model_changed_ = false;
   absl::StatusOr<Decision> d =
-      Decide(context.model, context.layout, context.full_stages);
+      Decide(context.model, context.layout, context.full_stages, context.data_parallel);
   if (!d.ok()) {
     note_ = absl::StrCat("decision failed: ", d.status().message());
     return std::nullopt;
@@ -73,7 +73,9 @@ std::optional<Proposal> Rebalancer::Consider(const RebalanceContext& context) {
       !AutoGatePasses(context, *d)) {
     return std::nullopt;
   }
-  std::string reason = call.reason + (d->released_stages.empty() ? "" : "+repack");
+  std::string reason = call.reason + (d->reshape.has_value()          ? "+reshape"
+                                     : d->released_stages.empty() ? ""
+                                                                  : "+repack");
   return Proposal{*std::move(d), std::move(reason)};
 }
 
@@ -98,7 +100,7 @@ bool Rebalancer::AutoGatePasses(const RebalanceContext& context,
 
 absl::StatusOr<Decision> Rebalancer::Decide(const core::PipelineModel& model,
                                             const JobLayout& layout,
-                                            int full_stages) {
+                                            int full_stages, int data_parallel) {
   const auto start = std::chrono::steady_clock::now();
   DecisionInput in;
   in.model = model;
@@ -106,6 +108,10 @@ absl::StatusOr<Decision> Rebalancer::Decide(const core::PipelineModel& model,
   in.current = layout.boundaries;
   in.policy = policy_;
   in.full_stages = full_stages;
+  in.data_parallel = data_parallel;
+  in.microbatches = layout.microbatches;
+  in.schedule = layout.schedule;
+  in.data_parallel_spec = auto_options_.data_parallel;
   absl::StatusOr<Decision> d = service::Decide(in);
   if (metrics_ != nullptr) {
     metrics_->DecisionLatency(
@@ -117,8 +123,8 @@ absl::StatusOr<Decision> Rebalancer::Decide(const core::PipelineModel& model,
 
 absl::StatusOr<std::optional<Proposal>> Rebalancer::DecideNow(
     const core::PipelineModel& model, const JobLayout& layout, int full_stages,
-    std::string* detail) {
-  absl::StatusOr<Decision> d = Decide(model, layout, full_stages);
+    int data_parallel, std::string* detail) {
+  absl::StatusOr<Decision> d = Decide(model, layout, full_stages, data_parallel);
   if (!d.ok()) return d.status();
   if (!d->changes_layout) {
     *detail = absl::StrCat("layout already optimal for balancer ",
@@ -126,7 +132,9 @@ absl::StatusOr<std::optional<Proposal>> Rebalancer::DecideNow(
                            policy_.repack ? " with re-packing" : "");
     return std::optional<Proposal>();
   }
-  std::string reason = d->released_stages.empty() ? "operator" : "operator+repack";
+  std::string reason = d->reshape.has_value()          ? "operator+reshape"
+                       : d->released_stages.empty() ? "operator"
+                                                    : "operator+repack";
   return std::optional<Proposal>(Proposal{*std::move(d), std::move(reason)});
 }
 

@@ -32,6 +32,7 @@ struct RebalanceContext {
   const JobLayout& layout;
   const core::CostProfile& profile;  // its layer noise, for the auto gate
   int full_stages;                   // the job's pipeline size
+  int data_parallel;                 // replicas per stage
   bool all_connected;                // every active rank has a session
   // Every active rank reported model_changed_iteration() or later.
   bool changed_costs_complete;
@@ -74,7 +75,7 @@ class Rebalancer {
   // when the layout is already optimal, which `*detail` then says.
   absl::StatusOr<std::optional<Proposal>> DecideNow(
       const core::PipelineModel& model, const JobLayout& layout,
-      int full_stages, std::string* detail);
+      int full_stages, int data_parallel, std::string* detail);
   // A plan was issued: the auto trigger's cool-down starts.
   void OnPlanIssued();
 
@@ -85,7 +86,8 @@ class Rebalancer {
  private:
   // The policy's balancer, timed for the metrics.
   absl::StatusOr<Decision> Decide(const core::PipelineModel& model,
-                                  const JobLayout& layout, int full_stages);
+                                  const JobLayout& layout, int full_stages,
+                                  int data_parallel);
   bool AutoGatePasses(const RebalanceContext& context, const Decision& d);
 
   Policy policy_;

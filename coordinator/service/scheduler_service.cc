@@ -51,6 +51,29 @@ grpc::Status SchedulerServiceImpl::ListReleased(
   return grpc::Status::OK;
 }
 
+grpc::Status SchedulerServiceImpl::ListPlacements(
+    grpc::ServerContext* context, const dynmo::v1::ListPlacementsRequest* request,
+    dynmo::v1::ListPlacementsResponse* response) {
+  if (grpc::Status s = auth_->CheckStatus(*context, Role::kScheduler); !s.ok()) {
+    return Done("ListPlacements", s);
+  }
+  std::vector<std::shared_ptr<JobState>> jobs;
+  if (request->job().empty()) {
+    jobs = coordinator_->jobs().All();
+  } else {
+    if (absl::Status s = ValidateJobName(request->job()); !s.ok()) {
+      return Done("ListPlacements", ToGrpcStatus(s));
+    }
+    absl::StatusOr<std::shared_ptr<JobState>> job = coordinator_->jobs().Find(request->job());
+    if (!job.ok()) return Done("ListPlacements", ToGrpcStatus(job.status()));
+    jobs.push_back(*std::move(job));
+  }
+  for (const auto& job : jobs) {
+    for (auto& p : job->Placements()) *response->add_placements() = std::move(p);
+  }
+  return grpc::Status::OK;
+}
+
 grpc::Status SchedulerServiceImpl::WatchReleased(
     grpc::ServerContext* context, const dynmo::v1::WatchReleasedRequest* request,
     grpc::ServerWriter<dynmo::v1::ReleasedEvent>* writer) {

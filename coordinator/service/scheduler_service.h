@@ -32,6 +32,10 @@ class SchedulerServiceImpl final : public dynmo::v1::SchedulerService::Service {
                       const dynmo::v1::ReturnRequest* request,
                       dynmo::v1::ReturnResponse* response) override;
 
+  grpc::Status ListPlacements(grpc::ServerContext* context,
+                              const dynmo::v1::ListPlacementsRequest* request,
+                              dynmo::v1::ListPlacementsResponse* response) override;
+
   // Ends every WatchReleased (before server shutdown).
   void Stop() { stopping_ = true; }
 
