@@ -40,6 +40,7 @@ absl::Status OperatorClient::SetPolicy(const std::string& job,
   req.mutable_policy()->set_trigger(policy.trigger);
   req.mutable_policy()->set_repack(policy.repack);
   req.mutable_policy()->set_repack_tolerance(policy.repack_tolerance);
+  req.mutable_policy()->set_elastic(policy.elastic);
   const absl::Time give_up = absl::Now() + patience;
   while (true) {
     grpc::ClientContext ctx;

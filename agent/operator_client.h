@@ -23,6 +23,7 @@ struct JobPolicy {
   std::string trigger;   // empty: the coordinator's default
   bool repack = false;
   double repack_tolerance = 0;
+  std::string elastic;   // "release" | "reshape"; empty: unchanged
 };
 
 class OperatorClient {

@@ -57,7 +57,8 @@ class Agent:
     def stop(self) -> None: ...
 
 def set_policy(address: str, job: str, balancer: str = "", trigger: str = "",
-               repack: bool = False, repack_tolerance: float = 0.0, token: str = "",
+               repack: bool = False, repack_tolerance: float = 0.0, elastic: str = "",
+               token: str = "",
                tls_ca: str = "", tls_cert: str = "", tls_key: str = "",
                tls_server_name: str = "", patience_s: float = 2.0) -> None: ...
 def read_token(path: str) -> str: ...

@@ -150,13 +150,14 @@ class Agent:
 
 
 def set_policy(address: str, job: str, *, balancer: str = "", trigger: str = "",
-               repack: bool = False, repack_tolerance: float = 0.0,
+               repack: bool = False, repack_tolerance: float = 0.0, elastic: str = "",
                token: Optional[str] = None, tls_ca: Optional[str] = None,
                tls_cert: Optional[str] = None, tls_key: Optional[str] = None,
                tls_server_name: Optional[str] = None, patience_s: float = 2.0) -> None:
     """Sets a job's balancer, trigger ("every:N", "on-event", "auto",
-    "manual") and re-packing; waits up to ``patience_s`` for the job to
+    "manual"), re-packing and what it does with freed GPUs (``elastic``:
+    "release" or "reshape"; empty keeps the job's); waits up to ``patience_s`` for the job to
     register. Raises InvalidArgumentError with the coordinator's message."""
-    _core.set_policy(address, job, balancer, trigger, repack, repack_tolerance,
+    _core.set_policy(address, job, balancer, trigger, repack, repack_tolerance, elastic,
                      token or "", tls_ca or "", tls_cert or "", tls_key or "",
                      tls_server_name or "", patience_s)

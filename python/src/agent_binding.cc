@@ -147,14 +147,16 @@ void Report(Agent& agent, int64_t iteration, const std::vector<LayerTuple>& laye
 
 void SetPolicy(const std::string& address, const std::string& job,
                const std::string& balancer, const std::string& trigger,
-               bool repack, double repack_tolerance, const std::string& token,
-               const agent::ChannelOptions& channel, double patience_s) {
+               bool repack, double repack_tolerance, const std::string& elastic,
+               const std::string& token, const agent::ChannelOptions& channel,
+               double patience_s) {
   const absl::Duration patience = Seconds(patience_s, "patience_s");
   agent::JobPolicy policy;
   policy.balancer = balancer;
   policy.trigger = trigger;
   policy.repack = repack;
   policy.repack_tolerance = repack_tolerance;
+  policy.elastic = elastic;
   absl::Status status;
   {
     py::gil_scoped_release release;
@@ -289,18 +291,18 @@ void BindAgent(py::module_& m) {
       "set_policy",
       [](const std::string& address, const std::string& job,
          const std::string& balancer, const std::string& trigger, bool repack,
-         double repack_tolerance, const std::string& token, const std::string& tls_ca,
-         const std::string& tls_cert, const std::string& tls_key,
+         double repack_tolerance, const std::string& elastic, const std::string& token,
+         const std::string& tls_ca, const std::string& tls_cert, const std::string& tls_key,
          const std::string& tls_server_name, double patience_s) {
-        SetPolicy(address, job, balancer, trigger, repack, repack_tolerance, token,
+        SetPolicy(address, job, balancer, trigger, repack, repack_tolerance, elastic, token,
                   Channel(tls_ca, tls_cert, tls_key, tls_server_name), patience_s);
       },
       py::arg("address"), py::arg("job"), py::arg("balancer") = "",
       py::arg("trigger") = "", py::arg("repack") = false,
-      py::arg("repack_tolerance") = 0.0, py::arg("token") = "",
+      py::arg("repack_tolerance") = 0.0, py::arg("elastic") = "", py::arg("token") = "",
       py::arg("tls_ca") = "", py::arg("tls_cert") = "", py::arg("tls_key") = "",
       py::arg("tls_server_name") = "", py::arg("patience_s") = 2.0,
-      "Sets a job's balancer / trigger / re-packing (OperatorService).");
+      "Sets a job's balancer / trigger / re-packing / elastic mode (OperatorService).");
   m.def(
       "read_token",
       [](const std::string& path) {

@@ -180,6 +180,9 @@ def test_a_secured_coordinator_wants_the_token(tmp_path, bin_dir):
 def test_set_policy(coordinator):
     with agent(coordinator, job="policy"):
         dynmo.set_policy(coordinator.address, "policy", balancer="optimal", trigger="every:4")
+        dynmo.set_policy(coordinator.address, "policy", repack=True, elastic="reshape")
+        with pytest.raises(dynmo.InvalidArgumentError, match="elastic must be release or reshape"):
+            dynmo.set_policy(coordinator.address, "policy", elastic="grow")
         with pytest.raises(dynmo.InvalidArgumentError, match="unknown trigger 'sometimes'"):
             dynmo.set_policy(coordinator.address, "policy", trigger="sometimes")
         with pytest.raises(dynmo.NotFoundError, match="no job named 'other'"):
