@@ -126,6 +126,7 @@ absl::Status RankState::Acknowledge(uint64_t epoch, bool applied,
     return absl::OkStatus();
   }
   applied_epoch_ = epoch;
+  if (pending_->has_reshape()) Reposition(pending_->reshape());
   boundaries_.assign(pending_->boundaries().begin(),
                      pending_->boundaries().end());
   active_stages_.assign(pending_->active_stages().begin(),
@@ -227,6 +228,18 @@ void RankState::HandleDown(const CoordinatorMessage& m) {
     default:
       return;
   }
+}
+
+void RankState::Reposition(const dynmo::v1::Reshape& reshape) {
+  const int dp = std::max(1, reshape.data_parallel_size());
+  const int position = config_.pipeline_rank * config_.data_parallel_size +
+                       config_.data_parallel_rank;
+  const int global = config_.microbatches * config_.data_parallel_size;
+  config_.pipeline_size = reshape.pipeline_size();
+  config_.data_parallel_size = dp;
+  config_.pipeline_rank = position / dp;
+  config_.data_parallel_rank = position % dp;
+  config_.microbatches = std::max(1, global / dp);
 }
 
 dynmo::v1::RegisterRequest RankState::MakeRegisterRequest() const {

@@ -53,7 +53,10 @@ class RankState {
   // One downstream PREPARE / COMMIT / ABORT for this rank.
   void HandleDown(const dynmo::v1::CoordinatorMessage& message);
 
-  // What to (re)register with: layout, applied and held epochs.
+  // What to (re)register with: layout, applied and held epochs, and the
+  // rank's coordinates, which an applied re-shaping plan has changed
+  // (plan.proto's Reshape: position p -> stage p / dp', replica p % dp',
+  // the global batch shared by the dp' replicas).
   dynmo::v1::RegisterRequest MakeRegisterRequest() const;
   void OnRegistered(const dynmo::v1::RegisterResponse& response);
   // The key to present in the session's hello (the newest Register's).
@@ -73,11 +76,13 @@ class RankState {
   AgentStats Stats(bool connected) const;
 
  private:
+  // An applied re-shape's new grid and coordinates for this rank.
+  void Reposition(const dynmo::v1::Reshape& reshape);
   void QueueAck(uint64_t epoch, dynmo::v1::PlanAck::State state,
                 const std::string& detail);
   void FailPending(const std::string& why);
 
-  const AgentConfig config_;
+  AgentConfig config_;  // coordinates change with an applied re-shape
   std::deque<dynmo::v1::IterationReport> reports_;
   std::deque<dynmo::v1::PlanAck> acks_;
   int64_t unsent_acks_ = 0;

@@ -120,3 +120,34 @@ TEST(RankStateTest, ReportsAreValidatedAndTheOldestDroppedWhenFull) {
 
 }  // namespace
 }  // namespace dynmo::agent
+
+namespace dynmo::agent {
+namespace {
+
+TEST(RankStateTest, AnAppliedReshapeGivesTheRankItsNewCoordinates) {
+  // Rank 1 of a 2 x 1 job, 8 micro-batches; the plan makes it 1 x 2.
+  AgentConfig c = Config();
+  c.microbatches = 8;
+  RankState r(c);
+  CoordinatorMessage m = Prepare(2, 5, /*one_phase=*/true);
+  m.mutable_prepare()->clear_active_stages();
+  m.mutable_prepare()->clear_boundaries();
+  m.mutable_prepare()->add_active_stages(0);
+  for (int b : {0, 4}) m.mutable_prepare()->add_boundaries(b);
+  m.mutable_prepare()->mutable_reshape()->set_pipeline_size(1);
+  m.mutable_prepare()->mutable_reshape()->set_data_parallel_size(2);
+  r.HandleDown(m);
+  ASSERT_TRUE(r.DueAt(5).has_value());
+  ASSERT_TRUE(r.Acknowledge(2, true, "").ok());
+  const dynmo::v1::RegisterRequest reg = r.MakeRegisterRequest();
+  EXPECT_EQ(reg.pipeline_size(), 1);
+  EXPECT_EQ(reg.data_parallel_size(), 2);
+  EXPECT_EQ(reg.pipeline_rank(), 0);
+  EXPECT_EQ(reg.data_parallel_rank(), 1);
+  EXPECT_EQ(reg.microbatches(), 4);
+  EXPECT_EQ(reg.active_stages_size(), 0);  // every stage of the new grid
+  EXPECT_FALSE(r.Stats(true).released);
+}
+
+}  // namespace
+}  // namespace dynmo::agent
