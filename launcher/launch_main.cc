@@ -210,16 +210,6 @@ absl::StatusOr<int> FreeLoopbackPort() {
   return ntohs(addr.sin_port);
 }
 
-// The embedded coordinator: the daemon's defaults, and its plan events
-// (issued, committed, aborted, applied) on the launcher's stderr.
-service::ServerOptions EmbeddedOptions() {
-  service::ServerOptions o;
-  o.coordinator.job.plan_log = [](const std::string& line) {
-    std::fprintf(stderr, "dynmo-launch: coordinator: %s\n", line.c_str());
-  };
-  return o;
-}
-
 // The node relay for this launch, upstream to job.coordinator with the
 // --coordinator_token_file / --coordinator_tls_* flags.
 absl::StatusOr<std::unique_ptr<launcher::LocalRelay>> StartRelay(
@@ -316,7 +306,9 @@ int main(int argc, char** argv) {
   std::unique_ptr<service::EmbeddedCoordinator> embedded;
   if (coordinator_flag == "embedded") {
     absl::StatusOr<std::unique_ptr<service::EmbeddedCoordinator>> started =
-        service::EmbeddedCoordinator::Start(EmbeddedOptions());
+        // The daemon's defaults; its events (plan_issued, plan_applied, ...)
+        // go to our stderr as the daemon's do (event_log.h).
+        service::EmbeddedCoordinator::Start(service::ServerOptions{});
     if (!started.ok()) {
       return Fatal(absl::StrCat("cannot start the embedded coordinator: ",
                                 started.status().message()));

@@ -73,6 +73,8 @@ JobState::JobState(const dynmo::v1::JobRecord& record,
   rebalancer_.SetPolicy(PolicyFromProto(record.policy(), options.default_policy)
                             .value_or(options.default_policy));
   roster_.Restore(record);
+  rebalancer_.RestoreProgress(record.progress());
+  reports_ = record.progress().reports();
   const bool aborted = protocol_.Restore(record, absl::Now());
   if (aborted && metrics_ != nullptr) metrics_->PlanAborted();
 }
@@ -96,6 +98,7 @@ absl::Status JobState::RegisterMany(
   // Check all first: a refused batch registers no rank.
   for (const auto& r : requests) {
     if (absl::Status s = roster_.CheckRegister(r); !s.ok()) return s;
+    if (absl::Status s = CheckRegisterEpochsLocked(r); !s.ok()) return s;
   }
   bool adopted = false;
   for (const auto& r : requests) adopted = ApplyRegisterLocked(r) || adopted;
@@ -126,6 +129,8 @@ bool JobState::ApplyRegisterLocked(const dynmo::v1::RegisterRequest& request) {
                 {request.boundaries().begin(), request.boundaries().end()},
                 request.pipeline_size(), request.num_layers(), &layout_);
     }
+  } else {
+    AdoptAppliedLocked(request.rank(), request.applied_epoch(), &request);
   }
   roster_.Register(request);
   if (RankRoster::IsActiveStage(layout_.active_stages, request.pipeline_rank())) {
@@ -221,14 +226,38 @@ absl::Status JobState::CheckLocked(const Upstream& m) const {
         !s.ok()) {
       return s;
     }
+    if (absl::Status s = CheckIterationLocked(m.report->iteration()); !s.ok()) return s;
     return protocol_.CheckReportEpoch(m.report->applied_epoch());
   }
   if (m.ack != nullptr) {
     if (absl::Status s = ValidateAck(*m.ack); !s.ok()) return s;
+    if (absl::Status s = CheckIterationLocked(m.ack->iteration()); !s.ok()) return s;
     return protocol_.CheckAck(m.rank, *m.ack);
   }
   return absl::InvalidArgumentError(
       absl::StrCat("empty message for rank ", m.rank, " (neither report nor ack)"));
+}
+
+absl::Status JobState::CheckIterationLocked(int64_t iteration) const {
+  const int64_t newest = rebalancer_.reported_iteration();
+  // Both are validated to [0, 2^53], so the sum cannot overflow.
+  if (newest < 0 || iteration <= newest + options_.iteration_window) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "iteration ", iteration, " is more than ", options_.iteration_window,
+      " beyond job ", name_, "'s newest iteration ", newest, " (--iteration_window)"));
+}
+
+absl::Status JobState::CheckRegisterEpochsLocked(
+    const dynmo::v1::RegisterRequest& r) const {
+  const uint64_t limit = protocol_.epoch() + options_.epoch_window;
+  if (r.applied_epoch() <= limit && r.pending_epoch() <= limit) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "rank ", r.rank(), " registered with epoch ",
+      std::max(r.applied_epoch(), r.pending_epoch()), ", more than ",
+      options_.epoch_window, " beyond job ", name_, "'s epoch ", protocol_.epoch(),
+      " (--epoch_window)"));
 }
 
 void JobState::ApplyReportLocked(int rank,
@@ -244,6 +273,7 @@ void JobState::ApplyReportLocked(int rank,
   }
   roster_.RecordReport(rank, report, active);
   rebalancer_.OnReport(report.iteration(), report.model_changed());
+  AdoptAppliedLocked(rank, report.applied_epoch(), nullptr);
   ++reports_;
   if (metrics_ != nullptr) metrics_->Report();
   if (roster_.Participates(rank, layout_.active_stages)) {
