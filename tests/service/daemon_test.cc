@@ -424,21 +424,7 @@ void DaemonTest::Kill9MidRun(const std::string& loadgen_flags) {
 TEST_F(DaemonTest, MutualTlsAndTokenAreEnforced) {
   if (Shell("command -v openssl").rc != 0) GTEST_SKIP() << "no openssl";
   const std::string d = dir_;
-  const std::string ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
-  std::ofstream(d + "/san.ext") << "subjectAltName=DNS:localhost,IP:127.0.0.1\n";
-  ASSERT_EQ(Shell(absl::StrCat("cd ", d, " && openssl req -x509 ", ec,
-                             " -keyout ca.key -out ca.pem -days 1 -subj /CN=ca"))
-                .rc,
-            0);
-  for (const std::string who : {"server", "client"}) {
-    ASSERT_EQ(Shell(absl::StrCat("cd ", d, " && openssl req ", ec, " -keyout ", who,
-                               ".key -out ", who, ".csr -subj /CN=localhost && ",
-                               "openssl x509 -req -in ", who,
-                               ".csr -CA ca.pem -CAkey ca.key -CAcreateserial -out ",
-                               who, ".pem -days 1 -extfile san.ext"))
-                  .rc,
-              0);
-  }
+  ASSERT_EQ(Shell(absl::StrCat(DYNMO_SOURCE_DIR, "/tests/make-test-certs.sh ", d)).rc, 0);
   std::ofstream(d + "/token") << "t0ken\n";
   StartDaemon({"--tls_cert=" + d + "/server.pem", "--tls_key=" + d + "/server.key",
                "--tls_client_ca=" + d + "/ca.pem", "--token_file=" + d + "/token"});
