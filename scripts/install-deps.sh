@@ -12,6 +12,9 @@ packages=(
   # python3-dev: the headers dynmo._core (python/) is compiled against.
   python3 python3-yaml python3-venv python3-dev
   libgloo-dev
+  # clang + its runtime (libclang_rt.fuzzer, ASan): scripts/fuzz.sh, the
+  # bounded coverage-guided run scripts/test.sh ends with.
+  clang libclang-rt-14-dev
 )
 missing=()
 for p in "${packages[@]}"; do
