@@ -32,6 +32,7 @@
 #include "absl/strings/str_split.h"
 #include "cli/program_info.h"
 #include "coordinator/service/embedded_coordinator.h"
+#include "coordinator/service/event_log.h"
 #include "launcher/local_relay.h"
 #include "launcher/orphan_guard.h"
 #include "launcher/stuck_rank.h"
@@ -65,6 +66,10 @@ ABSL_FLAG(std::string, coordinator_tls_cert, "",
 ABSL_FLAG(std::string, coordinator_tls_key, "", "PEM client key of the relay");
 ABSL_FLAG(std::string, coordinator_tls_server_name, "",
           "name to check in the coordinator's certificate");
+ABSL_FLAG(std::string, log_format, "logfmt",
+          "the embedded coordinator's event log on stderr: logfmt or json");
+ABSL_FLAG(std::string, log_level, "info",
+          "least level of the embedded coordinator's events: debug | info | warning | error");
 
 namespace {
 
@@ -76,11 +81,12 @@ constexpr char kUsage[] =
     "[--master_port P] [--job NAME] [--stop_grace_s S] [--relay=BOOL] "
     "[--coordinator_token_file F] [--coordinator_tls_ca F] "
     "[--coordinator_tls_cert F --coordinator_tls_key F] "
-    "[--coordinator_tls_server_name N] -- PROGRAM ARGS...";
+    "[--coordinator_tls_server_name N] [--log_format logfmt|json] [--log_level L] "
+    "-- PROGRAM ARGS...";
 constexpr const char* kLauncherFlags[] = {
     "nproc", "coordinator", "master_port", "job", "stop_grace_s", "relay", "stuck_timeout_s",
     "coordinator_token_file", "coordinator_tls_ca", "coordinator_tls_cert",
-    "coordinator_tls_key", "coordinator_tls_server_name"};
+    "coordinator_tls_key", "coordinator_tls_server_name", "log_format", "log_level"};
 
 // The launcher's command line: its own flags before "--", the program after.
 struct LaunchCommand {
@@ -281,6 +287,11 @@ int main(int argc, char** argv) {
   }
   if (absl::Status valid = ValidateFlags(); !valid.ok()) {
     return Usage(valid.message());
+  }
+  if (absl::Status log = service::ConfigureEventLog(absl::GetFlag(FLAGS_log_format),
+                                                    absl::GetFlag(FLAGS_log_level));
+      !log.ok()) {
+    return Usage(log.message());
   }
 
   launcher::JobEnvironment job;

@@ -1,6 +1,5 @@
 #include "coordinator/service/job_state.h"
 
-#include <algorithm>
 #include <optional>
 #include <utility>
 
@@ -8,7 +7,6 @@
 #include "coordinator/service/job_record.h"
 #include "coordinator/service/plan_convert.h"
 #include "coordinator/service/proto_convert.h"
-#include "coordinator/service/validation.h"
 
 namespace dynmo::service {
 namespace {
@@ -75,6 +73,7 @@ JobState::JobState(const dynmo::v1::JobRecord& record,
   roster_.Restore(record);
   rebalancer_.RestoreProgress(record.progress());
   reports_ = record.progress().reports();
+  if (record.progress().stage_load_s_size() > 0) PublishMeasuresLocked();
   const bool aborted = protocol_.Restore(record, absl::Now());
   if (aborted && metrics_ != nullptr) metrics_->PlanAborted();
 }
@@ -217,49 +216,6 @@ absl::Status JobState::OnUpstream(absl::Span<const Upstream> messages) {
   return absl::OkStatus();
 }
 
-absl::Status JobState::CheckLocked(const Upstream& m) const {
-  if (!roster_.Contains(m.rank)) {
-    return absl::NotFoundError(absl::StrCat("job ", name_, " has no rank ", m.rank));
-  }
-  if (m.report != nullptr) {
-    if (absl::Status s = ValidateReport(*m.report, roster_.shape().num_layers);
-        !s.ok()) {
-      return s;
-    }
-    if (absl::Status s = CheckIterationLocked(m.report->iteration()); !s.ok()) return s;
-    return protocol_.CheckReportEpoch(m.report->applied_epoch());
-  }
-  if (m.ack != nullptr) {
-    if (absl::Status s = ValidateAck(*m.ack); !s.ok()) return s;
-    if (absl::Status s = CheckIterationLocked(m.ack->iteration()); !s.ok()) return s;
-    return protocol_.CheckAck(m.rank, *m.ack);
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("empty message for rank ", m.rank, " (neither report nor ack)"));
-}
-
-absl::Status JobState::CheckIterationLocked(int64_t iteration) const {
-  const int64_t newest = rebalancer_.reported_iteration();
-  // Both are validated to [0, 2^53], so the sum cannot overflow.
-  if (newest < 0 || iteration <= newest + options_.iteration_window) {
-    return absl::OkStatus();
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "iteration ", iteration, " is more than ", options_.iteration_window,
-      " beyond job ", name_, "'s newest iteration ", newest, " (--iteration_window)"));
-}
-
-absl::Status JobState::CheckRegisterEpochsLocked(
-    const dynmo::v1::RegisterRequest& r) const {
-  const uint64_t limit = protocol_.epoch() + options_.epoch_window;
-  if (r.applied_epoch() <= limit && r.pending_epoch() <= limit) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      "rank ", r.rank(), " registered with epoch ",
-      std::max(r.applied_epoch(), r.pending_epoch()), ", more than ",
-      options_.epoch_window, " beyond job ", name_, "'s epoch ", protocol_.epoch(),
-      " (--epoch_window)"));
-}
-
 void JobState::ApplyReportLocked(int rank,
                                  const dynmo::v1::IterationReport& report) {
   const RosterRank& r = roster_.at(rank);
@@ -311,6 +267,10 @@ absl::StatusOr<core::PipelineModel> JobState::ModelLocked() const {
 
 void JobState::MeasureLocked(const core::PipelineModel& model) {
   rebalancer_.Measure(model, layout_);
+  PublishMeasuresLocked();
+}
+
+void JobState::PublishMeasuresLocked() {
   if (metrics_ == nullptr) return;
   const core::PartitionSummary& m = rebalancer_.measures();
   const int dp = roster_.shape().data_parallel_size;

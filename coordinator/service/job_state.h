@@ -12,6 +12,8 @@
 //   job_record.h                      the job as JobRecord / JobStatus / ...
 //   proto_convert.h, plan_convert.h   wire messages <-> plain structs
 //   job_plan_effects.cc               what a plan step does to the job
+//   job_checks.cc                     what a rank's message must pass
+//                                     (values, epochs, the windows)
 //   job_lifecycle.cc                  open, closed (deleted), idle since
 //
 // Ranks register with their pipeline / data-parallel coordinates; each rank
@@ -219,6 +221,8 @@ class JobState {
   // The rebalancer's measures of the layout in force, and their metrics.
   void MeasureLocked(const core::PipelineModel& model)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The rebalancer's measures (fresh or restored) into the job's metrics.
+  void PublishMeasuresLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // ---- Plan effects (job_plan_effects.cc) ----
   // Returns how many ranks and sessions it went to.
