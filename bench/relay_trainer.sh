@@ -21,5 +21,5 @@ for relay in true false; do
   "$bin/dynmo-launch" --nproc 8 --relay="$relay" --job "relay-$relay" -- \
       "$bin/dynmo-train" "${job[@]}" > "$work/$relay.log" 2>&1
   echo "== relay=$relay =="
-  grep -E "node relay|coordinator: job|applied plan|done," "$work/$relay.log" | sed 's/^/  /'
+  grep -E "node relay|event=plan_|event=repack|applied plan|done," "$work/$relay.log" | sed 's/^/  /'
 done

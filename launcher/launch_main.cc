@@ -32,6 +32,7 @@
 #include "absl/strings/str_split.h"
 #include "cli/program_info.h"
 #include "coordinator/service/embedded_coordinator.h"
+#include "coordinator/service/event_log.h"
 #include "launcher/local_relay.h"
 #include "launcher/orphan_guard.h"
 #include "launcher/stuck_rank.h"
@@ -65,6 +66,10 @@ ABSL_FLAG(std::string, coordinator_tls_cert, "",
 ABSL_FLAG(std::string, coordinator_tls_key, "", "PEM client key of the relay");
 ABSL_FLAG(std::string, coordinator_tls_server_name, "",
           "name to check in the coordinator's certificate");
+ABSL_FLAG(std::string, log_format, "logfmt",
+          "the embedded coordinator's event log on stderr: logfmt or json");
+ABSL_FLAG(std::string, log_level, "info",
+          "least level of the embedded coordinator's events: debug | info | warning | error");
 
 namespace {
 
@@ -76,11 +81,12 @@ constexpr char kUsage[] =
     "[--master_port P] [--job NAME] [--stop_grace_s S] [--relay=BOOL] "
     "[--coordinator_token_file F] [--coordinator_tls_ca F] "
     "[--coordinator_tls_cert F --coordinator_tls_key F] "
-    "[--coordinator_tls_server_name N] -- PROGRAM ARGS...";
+    "[--coordinator_tls_server_name N] [--log_format logfmt|json] [--log_level L] "
+    "-- PROGRAM ARGS...";
 constexpr const char* kLauncherFlags[] = {
     "nproc", "coordinator", "master_port", "job", "stop_grace_s", "relay", "stuck_timeout_s",
     "coordinator_token_file", "coordinator_tls_ca", "coordinator_tls_cert",
-    "coordinator_tls_key", "coordinator_tls_server_name"};
+    "coordinator_tls_key", "coordinator_tls_server_name", "log_format", "log_level"};
 
 // The launcher's command line: its own flags before "--", the program after.
 struct LaunchCommand {
@@ -210,16 +216,6 @@ absl::StatusOr<int> FreeLoopbackPort() {
   return ntohs(addr.sin_port);
 }
 
-// The embedded coordinator: the daemon's defaults, and its plan events
-// (issued, committed, aborted, applied) on the launcher's stderr.
-service::ServerOptions EmbeddedOptions() {
-  service::ServerOptions o;
-  o.coordinator.job.plan_log = [](const std::string& line) {
-    std::fprintf(stderr, "dynmo-launch: coordinator: %s\n", line.c_str());
-  };
-  return o;
-}
-
 // The node relay for this launch, upstream to job.coordinator with the
 // --coordinator_token_file / --coordinator_tls_* flags.
 absl::StatusOr<std::unique_ptr<launcher::LocalRelay>> StartRelay(
@@ -292,6 +288,11 @@ int main(int argc, char** argv) {
   if (absl::Status valid = ValidateFlags(); !valid.ok()) {
     return Usage(valid.message());
   }
+  if (absl::Status log = service::ConfigureEventLog(absl::GetFlag(FLAGS_log_format),
+                                                    absl::GetFlag(FLAGS_log_level));
+      !log.ok()) {
+    return Usage(log.message());
+  }
 
   launcher::JobEnvironment job;
   job.world_size = absl::GetFlag(FLAGS_nproc);
@@ -316,7 +317,9 @@ int main(int argc, char** argv) {
   std::unique_ptr<service::EmbeddedCoordinator> embedded;
   if (coordinator_flag == "embedded") {
     absl::StatusOr<std::unique_ptr<service::EmbeddedCoordinator>> started =
-        service::EmbeddedCoordinator::Start(EmbeddedOptions());
+        // The daemon's defaults; its events (plan_issued, plan_applied, ...)
+        // go to our stderr as the daemon's do (event_log.h).
+        service::EmbeddedCoordinator::Start(service::ServerOptions{});
     if (!started.ok()) {
       return Fatal(absl::StrCat("cannot start the embedded coordinator: ",
                                 started.status().message()));

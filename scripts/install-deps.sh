@@ -7,9 +7,14 @@ packages=(
   libabsl-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   prometheus-cpp-dev prometheus openssl
+  # libspdlog-dev: the coordinator's event log (coordinator/service/event_log.h).
+  libspdlog-dev
   # python3-dev: the headers dynmo._core (python/) is compiled against.
   python3 python3-yaml python3-venv python3-dev
   libgloo-dev
+  # clang + its runtime (libclang_rt.fuzzer, ASan): scripts/fuzz.sh, the
+  # bounded coverage-guided run scripts/test.sh ends with.
+  clang libclang-rt-14-dev
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -1,6 +1,5 @@
 #include "coordinator/service/auth.h"
 
-#include <cstdio>
 #include <fstream>
 #include <sstream>
 
@@ -11,6 +10,7 @@
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "coordinator/service/event_log.h"
 #include "grpcpp/security/auth_context.h"
 
 namespace dynmo::service {
@@ -66,11 +66,12 @@ void LogRefusal(const grpc::ServerContextBase& context, Role role, const absl::S
     return;
   }
   ++logged;
-  std::fprintf(stderr, "dynmo-coordinator: refused a%s %s call from %s: %s%s\n",
-               role == Role::kAgent || role == Role::kOperator ? "n" : "", RoleName(role),
-               context.peer().c_str(), std::string(s.message()).c_str(),
-               dropped > 0 ? absl::StrCat(" (", dropped, " more refusals not logged)").c_str()
-                           : "");
+  LogEvent(LogLevel::kWarning, "auth_refused",
+           {{"role", RoleName(role)},
+            {"peer", context.peer()},
+            {"code", absl::StatusCodeToString(s.code())},
+            {"reason", s.message()},
+            {"unlogged_before", dropped}});
   dropped = 0;
 }
 

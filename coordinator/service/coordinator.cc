@@ -1,7 +1,8 @@
 #include "coordinator/service/coordinator.h"
 
-#include <cstdio>
 #include <string>
+
+#include "coordinator/service/event_log.h"
 
 namespace dynmo::service {
 
@@ -17,7 +18,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
   std::unique_ptr<Coordinator> c(new Coordinator(options));
   c->keeper_.SetFailureHook([m = &c->metrics_](const absl::Status& s) {
     m->StateCommitFailed();
-    std::fprintf(stderr, "dynmo-coordinator: %s\n", std::string(s.message()).c_str());
+    LogEvent(LogLevel::kError, "persist_failed", {{"error", s.message()}});
   });
   absl::StatusOr<dynmo::v1::CoordinatorState> state = c->keeper_.Open();
   if (!state.ok()) return state.status();
@@ -51,8 +52,8 @@ void Coordinator::Loop() {
     TickAll(now);
     if (options_.job_expiry != absl::InfiniteDuration() && now >= next_expiry) {
       for (const std::string& name : registry_.ExpireIdle(now, options_.job_expiry)) {
-        std::fprintf(stderr, "dynmo-coordinator: job %s deleted after %s without a rank\n",
-                     name.c_str(), absl::FormatDuration(options_.job_expiry).c_str());
+        LogEvent(LogLevel::kInfo, "job_expired",
+                 {{"job", name}, {"idle", absl::FormatDuration(options_.job_expiry)}});
       }
       next_expiry = now + absl::Seconds(1);
     }

@@ -21,6 +21,7 @@
 #include "absl/time/time.h"
 #include "cli/program_info.h"
 #include "coordinator/core/partition.h"
+#include "coordinator/service/event_log.h"
 #include "coordinator/service/policy.h"
 #include "coordinator/service/server.h"
 
@@ -88,9 +89,19 @@ ABSL_FLAG(double, job_expiry_s, 86400,
           "delete a job after this many seconds with no connected rank and "
           "no registration, report or ack (0: never)");
 ABSL_FLAG(bool, log_plans, true,
-          "print one line per plan event (issued, committed, aborted, "
-          "applied) to stdout, with a UTC timestamp");
+          "log the plan events (plan_issued, plan_committed, plan_applied, "
+          "repack) at info; false: at debug (plan_aborted stays a warning)");
+ABSL_FLAG(std::string, log_format, "logfmt",
+          "event log lines on stderr: logfmt (key=value) or json");
+ABSL_FLAG(std::string, log_level, "info",
+          "least level logged: debug | info | warning | error");
 ABSL_FLAG(int, max_message_bytes, 4 << 20, "largest accepted gRPC message");
+ABSL_FLAG(int64_t, iteration_window, 1000000,
+          "refuse a report or ack whose iteration is more than this beyond "
+          "the job's newest (INVALID_ARGUMENT)");
+ABSL_FLAG(int64_t, epoch_window, 1000000,
+          "refuse a registration whose applied or pending epoch is more than "
+          "this beyond the job's epoch (within it, a newer one is adopted)");
 
 namespace {
 
@@ -115,10 +126,25 @@ std::string BadNumbers() {
     return "--auto_horizon_iterations must be >= 1";
   }
   if (absl::GetFlag(FLAGS_max_jobs) < 1) return "--max_jobs must be >= 1";
+  for (const auto* window : {&FLAGS_iteration_window, &FLAGS_epoch_window}) {
+    const int64_t w = absl::GetFlag(*window);
+    if (w < 1 || w > (int64_t{1} << 53)) {
+      return absl::StrCat("--", absl::GetFlagReflectionHandle(*window).Name(),
+                          " must be in [1, 2^53]");
+    }
+  }
   if (absl::GetFlag(FLAGS_max_message_bytes) < 4096) {
     return "--max_message_bytes must be >= 4096";
   }
   return "";
+}
+
+// Logs why the daemon cannot start (one event line) and returns `code`:
+// 2 for a bad flag, 1 when it could not start with good ones.
+int Refuse(int code, absl::string_view why) {
+  dynmo::service::LogEvent(dynmo::service::LogLevel::kError,
+                           code == 2 ? "bad_flag" : "start_failed", {{"error", why}});
+  return code;
 }
 
 // "HOST:PORT" with PORT in 0..65535 (empty allowed: a disabled endpoint).
@@ -144,6 +170,11 @@ int main(int argc, char** argv) {
     return 0;
   }
   absl::ParseCommandLine(argc, argv);
+  if (absl::Status s = dynmo::service::ConfigureEventLog(absl::GetFlag(FLAGS_log_format),
+                                                         absl::GetFlag(FLAGS_log_level));
+      !s.ok()) {
+    return Refuse(2, s.message());
+  }
   // absl's deadlock detector (on in this distribution's absl build) records
   // every Mutex acquisition in a global graph under a global lock: ~5% of
   // the daemon's CPU at 4,096 sessions, serialising the gRPC threads.
@@ -172,40 +203,27 @@ int main(int argc, char** argv) {
   opts.coordinator.max_jobs = absl::GetFlag(FLAGS_max_jobs);
   opts.coordinator.max_jobs_per_principal = absl::GetFlag(FLAGS_max_jobs_per_principal);
   if (opts.coordinator.max_jobs_per_principal < 0) {
-    std::fprintf(stderr, "dynmo-coordinator: --max_jobs_per_principal must be >= 0\n");
-    return 2;
+    return Refuse(2, "--max_jobs_per_principal must be >= 0");
   }
   const double expiry_s = absl::GetFlag(FLAGS_job_expiry_s);
   if (!(expiry_s >= 0 && expiry_s <= 1e9)) {
-    std::fprintf(stderr, "dynmo-coordinator: --job_expiry_s must be in [0, 1e9]\n");
-    return 2;
+    return Refuse(2, "--job_expiry_s must be in [0, 1e9]");
   }
   opts.coordinator.job_expiry =
       expiry_s == 0 ? absl::InfiniteDuration() : absl::Seconds(expiry_s);
   service::JobOptions& job = opts.coordinator.job;
-  if (absl::GetFlag(FLAGS_log_plans)) {
-    job.plan_log = [](const std::string& line) {
-      std::printf("%s dynmo-coordinator: %s\n",
-                  absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(), absl::UTCTimeZone()).c_str(),
-                  line.c_str());
-      std::fflush(stdout);
-    };
-  }
+  job.plan_event_level = absl::GetFlag(FLAGS_log_plans) ? service::LogLevel::kInfo
+                                                         : service::LogLevel::kDebug;
   absl::StatusOr<core::PartitionMethod> balancer =
       core::ParsePartitionMethod(absl::GetFlag(FLAGS_balancer));
   absl::StatusOr<service::Trigger> trigger =
       service::ParseTrigger(absl::GetFlag(FLAGS_trigger));
   if (!balancer.ok() || !trigger.ok()) {
-    std::fprintf(stderr, "dynmo-coordinator: %s\n",
-                 (!balancer.ok() ? balancer.status() : trigger.status())
-                     .ToString()
-                     .c_str());
-    return 2;
+    return Refuse(2, (!balancer.ok() ? balancer.status() : trigger.status()).message());
   }
   const double tolerance = absl::GetFlag(FLAGS_repack_tolerance);
   if (!(tolerance >= 0 && tolerance <= 10)) {
-    std::fprintf(stderr, "dynmo-coordinator: --repack_tolerance in [0, 10]\n");
-    return 2;
+    return Refuse(2, "--repack_tolerance in [0, 10]");
   }
   job.default_policy.balancer = *balancer;
   job.default_policy.trigger = *trigger;
@@ -220,11 +238,12 @@ int main(int argc, char** argv) {
   }
   job.default_policy.elastic = *elastic;
   job.plan_lead_iterations = absl::GetFlag(FLAGS_plan_lead_iterations);
+  job.iteration_window = absl::GetFlag(FLAGS_iteration_window);
+  job.epoch_window = static_cast<uint64_t>(absl::GetFlag(FLAGS_epoch_window));
   job.prepare_timeout = absl::Seconds(absl::GetFlag(FLAGS_prepare_timeout_s));
   const std::string commit = absl::GetFlag(FLAGS_commit);
   if (commit != "two-phase" && commit != "in-band") {
-    std::fprintf(stderr, "dynmo-coordinator: --commit is two-phase or in-band\n");
-    return 2;
+    return Refuse(2, "--commit is two-phase or in-band");
   }
   job.in_band_commit = commit == "in-band";
   job.auto_options.horizon_iterations =
@@ -239,54 +258,43 @@ int main(int argc, char** argv) {
       absl::GetFlag(FLAGS_migration_bandwidth);
   if (!(job.auto_options.noise_sigmas >= 0) ||
       !std::isfinite(job.auto_options.noise_sigmas)) {
-    std::fprintf(stderr, "dynmo-coordinator: --auto_noise_sigmas must be finite and >= 0\n");
-    return 2;
+    return Refuse(2, "--auto_noise_sigmas must be finite and >= 0");
   }
   if (job.plan_lead_iterations < 2) {
-    std::fprintf(stderr, "dynmo-coordinator: --plan_lead_iterations >= 2\n");
-    return 2;
+    return Refuse(2, "--plan_lead_iterations >= 2");
   }
   if (std::string bad = BadNumbers(); !bad.empty()) {
-    std::fprintf(stderr, "dynmo-coordinator: %s\n", bad.c_str());
-    return 2;
+    return Refuse(2, bad);
   }
   for (const std::string* address : {&opts.listen, &opts.metrics_listen}) {
     if (std::string bad = BadAddress(*address); !bad.empty()) {
-      std::fprintf(stderr, "dynmo-coordinator: %s\n", bad.c_str());
-      return 2;
+      return Refuse(2, bad);
     }
   }
 
   absl::StatusOr<std::unique_ptr<service::CoordinatorServer>> server =
       service::CoordinatorServer::Start(opts);
-  if (!server.ok()) {
-    std::fprintf(stderr, "dynmo-coordinator: %s\n",
-                 server.status().ToString().c_str());
-    return 1;
-  }
-  std::printf("dynmo-coordinator listening on %s (port %d)%s\n",
-              opts.listen.c_str(), (*server)->port(),
-              (*server)->metrics_port() > 0
-                  ? absl::StrCat(", metrics on port ",
-                                 (*server)->metrics_port())
-                        .c_str()
-                  : "");
-  std::fflush(stdout);
+  if (!server.ok()) return Refuse(1, server.status().ToString());
+  service::LogEvent(service::LogLevel::kInfo, "listening",
+                    {{"address", opts.listen},
+                     {"port", (*server)->port()},
+                     {"metrics_port", (*server)->metrics_port()},
+                     {"state_dir", opts.coordinator.state_dir},
+                     {"version", cli::Version()}});
   if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
     const std::string tmp = path + ".tmp";
     std::FILE* f = std::fopen(tmp.c_str(), "w");
     const bool written = f != nullptr && std::fprintf(f, "%d\n", (*server)->port()) > 0;
     if (f != nullptr) std::fclose(f);
     if (!written || std::rename(tmp.c_str(), path.c_str()) != 0) {
-      std::fprintf(stderr, "dynmo-coordinator: cannot write --port_file %s\n", path.c_str());
       (*server)->Shutdown();
-      return 1;
+      return Refuse(1, absl::StrCat("cannot write --port_file ", path));
     }
   }
 
   int sig = 0;
   sigwait(&signals, &sig);
-  std::printf("dynmo-coordinator: signal %d, shutting down\n", sig);
+  service::LogEvent(service::LogLevel::kInfo, "shutdown", {{"signal", sig}});
   (*server)->Shutdown();
   return 0;
 }

@@ -8,6 +8,7 @@
 // Part of JobState (job_state.h); every function runs under the job's lock.
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -79,18 +80,19 @@ absl::StatusOr<dynmo::v1::Plan> JobState::IssueLocked(
   rebalancer_.OnPlanIssued();
   const dynmo::v1::Plan& p = prepare.prepare();
   const auto [ranks, sessions] = SendToParticipants(prepare);
-  LogPlanLocked(absl::StrCat(
-      "plan ", p.epoch(), " issued (", reason, "): boundaries [",
-      absl::StrJoin(layout_.boundaries, ","), "] -> [", absl::StrJoin(p.boundaries(), ","),
-      "], stages [", absl::StrJoin(p.active_stages(), ","), "], applies at iteration ",
-      p.apply_iteration(), ", ", p.migrations_size(), " migrations, ",
-      p.migration_bytes(), " bytes; PREPARE to ", ranks, " ranks on ", sessions,
-      " sessions"));
+  LogEvent(options_.plan_event_level, "plan_issued",
+           {{"job", name_},
+            {"epoch", p.epoch()},
+            {"reason", reason},
+            {"boundaries_from", absl::StrJoin(layout_.boundaries, ",")},
+            {"boundaries_to", absl::StrJoin(p.boundaries(), ",")},
+            {"stages", absl::StrJoin(p.active_stages(), ",")},
+            {"apply_iteration", p.apply_iteration()},
+            {"migrations", p.migrations_size()},
+            {"migration_bytes", p.migration_bytes()},
+            {"prepare_ranks", ranks},
+            {"prepare_sessions", sessions}});
   return prepare.prepare();
-}
-
-void JobState::LogPlanLocked(const std::string& event) {
-  if (options_.plan_log) options_.plan_log(absl::StrCat("job ", name_, ": ", event));
 }
 
 void JobState::CommitLocked() {
@@ -100,14 +102,16 @@ void JobState::CommitLocked() {
     AbortLocked(absl::StrCat("cannot persist the commit: ", s.message()));
     return;
   }
-  LogPlanLocked(absl::StrCat("plan ", commit.commit().epoch(), " committed"));
+  LogEvent(options_.plan_event_level, "plan_committed",
+           {{"job", name_}, {"epoch", commit.commit().epoch()}});
   SendToParticipants(commit);
 }
 
 void JobState::AbortLocked(const std::string& why) {
   const CoordinatorMessage abort = protocol_.Abort(why, absl::Now());
   PersistSettledLocked();
-  LogPlanLocked(absl::StrCat("plan ", abort.abort().epoch(), " aborted: ", why));
+  LogEvent(LogLevel::kWarning, "plan_aborted",
+           {{"job", name_}, {"epoch", abort.abort().epoch()}, {"reason", why}});
   SendToParticipants(abort);
   if (metrics_ != nullptr) metrics_->PlanAborted();
 }
@@ -128,19 +132,77 @@ void JobState::ReshapeLocked(const dynmo::v1::Reshape& reshape) {
 }
 
 void JobState::ApplyLocked(const std::string& why) {
+  SwitchLayoutLocked(protocol_.Apply(why, absl::Now()), why);
+}
+
+void JobState::AdoptAppliedLocked(int rank, uint64_t epoch,
+                                  const dynmo::v1::RegisterRequest* registered) {
+  if (epoch <= protocol_.applied_epoch()) return;
+  if (const dynmo::v1::PlanRecord* flying = protocol_.in_flight(); flying != nullptr) {
+    if (flying->plan().epoch() == epoch) {
+      // Committed: the rank's switch settles it. Preparing: no rank can
+      // have switched (two-phase), so the claim is ignored.
+      if (flying->outcome() == dynmo::v1::PLAN_OUTCOME_COMMITTED) {
+        ApplyLocked(absl::StrCat("rank ", rank, " runs under it"));
+      }
+      return;
+    }
+    // Planned from a layout the ranks have left.
+    AbortLocked(absl::StrCat("rank ", rank, " runs under epoch ", epoch,
+                             ", newer than the applied ", protocol_.applied_epoch()));
+  }
+  const uint64_t recorded = protocol_.applied_epoch();
+  const std::string why =
+      absl::StrCat("rank ", rank, " runs under it (the coordinator had applied ", recorded, ")");
+  const std::optional<dynmo::v1::Plan> plan = protocol_.AdoptApplied(epoch, why, absl::Now());
+  const char* layout = "unchanged (no record of the plan)";
+  if (plan.has_value()) {
+    layout = "the plan's";
+    SwitchLayoutLocked(*plan, why);
+  } else if (registered != nullptr && registered->boundaries_size() > 0) {
+    layout = "the rank's";
+    SetStages({registered->active_stages().begin(), registered->active_stages().end()},
+              {registered->boundaries().begin(), registered->boundaries().end()},
+              registered->pipeline_size(), registered->num_layers(), &layout_);
+    PersistSettledLocked();
+  } else {
+    PersistSettledLocked();
+  }
+  LogEvent(LogLevel::kWarning, "epoch_adopted",
+           {{"job", name_}, {"rank", rank}, {"epoch", epoch},
+            {"recorded_epoch", recorded}, {"layout", layout}});
+}
+
+void JobState::SwitchLayoutLocked(const dynmo::v1::Plan& plan, const std::string& why) {
   const absl::Time now = absl::Now();
-  const dynmo::v1::Plan plan = protocol_.Apply(why, now);
   std::vector<dynmo::v1::ReleasedGpu> released = roster_.ReleasedBy(plan, now);
   layout_.boundaries.assign(plan.boundaries().begin(), plan.boundaries().end());
   layout_.active_stages.assign(plan.active_stages().begin(),
                                plan.active_stages().end());
   if (plan.has_reshape()) ReshapeLocked(plan.reshape());
   PersistSettledLocked();
-  LogPlanLocked(absl::StrCat("plan ", plan.epoch(), " applied at iteration ",
-                             plan.apply_iteration(), " (", why, ")",
-                             released.empty() ? ""
-                                              : absl::StrCat(", ", released.size(),
-                                                             " GPUs released")));
+  LogEvent(options_.plan_event_level, "plan_applied",
+           {{"job", name_},
+            {"epoch", plan.epoch()},
+            {"apply_iteration", plan.apply_iteration()},
+            {"reason", why},
+            {"boundaries", absl::StrJoin(plan.boundaries(), ",")},
+            {"stages", absl::StrJoin(plan.active_stages(), ",")}});
+  if (plan.has_reshape()) {
+    LogEvent(options_.plan_event_level, "reshape",
+             {{"job", name_},
+              {"epoch", plan.epoch()},
+              {"pipeline_size", plan.reshape().pipeline_size()},
+              {"data_parallel_size", plan.reshape().data_parallel_size()},
+              {"copy_bytes", plan.reshape().copy_bytes()}});
+  }
+  if (!released.empty()) {
+    LogEvent(options_.plan_event_level, "repack",
+             {{"job", name_},
+              {"epoch", plan.epoch()},
+              {"stages", absl::StrJoin(plan.active_stages(), ",")},
+              {"gpus_released", released.size()}});
+  }
   if (metrics_ != nullptr) {
     metrics_->PlanApplied();
     metrics_->Migrated(static_cast<double>(plan.migration_bytes()));

@@ -14,6 +14,8 @@ dynmo::v1::JobRecord MakeJobRecord(const JobParts& job) {
   *rec.mutable_policy() = PolicyToProto(job.rebalancer.policy());
   for (int b : job.layout.boundaries) rec.add_boundaries(b);
   for (int s : job.layout.active_stages) rec.add_active_stages(s);
+  job.rebalancer.SaveProgress(rec.mutable_progress());
+  rec.mutable_progress()->set_reports(job.reports);
   return rec;
 }
 

@@ -1,6 +1,7 @@
 #include "coordinator/service/job_registry.h"
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/service/event_log.h"
 #include "coordinator/service/validation.h"
 
 namespace dynmo::service {
@@ -65,6 +66,9 @@ absl::StatusOr<std::shared_ptr<JobState>> JobRegistry::FindOrCreate(
   }
   auto job = std::make_shared<JobState>(first, options_, deps_, caller);
   jobs_[first.job()] = job;
+  LogEvent(LogLevel::kInfo, "job_created",
+           {{"job", first.job()}, {"owner", caller}, {"pp", first.pipeline_size()},
+            {"dp", first.data_parallel_size()}, {"layers", first.num_layers()}});
   return job;
 }
 
@@ -99,6 +103,8 @@ absl::StatusOr<int> JobRegistry::Delete(const std::string& name, bool force) {
     return s;
   }
   jobs_.erase(it);
+  LogEvent(LogLevel::kInfo, "job_deleted",
+           {{"job", name}, {"sessions_ended", closed}, {"forced", force}});
   return closed;
 }
 

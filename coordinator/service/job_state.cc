@@ -1,6 +1,5 @@
 #include "coordinator/service/job_state.h"
 
-#include <algorithm>
 #include <optional>
 #include <utility>
 
@@ -8,7 +7,6 @@
 #include "coordinator/service/job_record.h"
 #include "coordinator/service/plan_convert.h"
 #include "coordinator/service/proto_convert.h"
-#include "coordinator/service/validation.h"
 
 namespace dynmo::service {
 namespace {
@@ -73,6 +71,9 @@ JobState::JobState(const dynmo::v1::JobRecord& record,
   rebalancer_.SetPolicy(PolicyFromProto(record.policy(), options.default_policy)
                             .value_or(options.default_policy));
   roster_.Restore(record);
+  rebalancer_.RestoreProgress(record.progress());
+  reports_ = record.progress().reports();
+  if (record.progress().stage_load_s_size() > 0) PublishMeasuresLocked();
   const bool aborted = protocol_.Restore(record, absl::Now());
   if (aborted && metrics_ != nullptr) metrics_->PlanAborted();
 }
@@ -96,6 +97,7 @@ absl::Status JobState::RegisterMany(
   // Check all first: a refused batch registers no rank.
   for (const auto& r : requests) {
     if (absl::Status s = roster_.CheckRegister(r); !s.ok()) return s;
+    if (absl::Status s = CheckRegisterEpochsLocked(r); !s.ok()) return s;
   }
   bool adopted = false;
   for (const auto& r : requests) adopted = ApplyRegisterLocked(r) || adopted;
@@ -126,6 +128,8 @@ bool JobState::ApplyRegisterLocked(const dynmo::v1::RegisterRequest& request) {
                 {request.boundaries().begin(), request.boundaries().end()},
                 request.pipeline_size(), request.num_layers(), &layout_);
     }
+  } else {
+    AdoptAppliedLocked(request.rank(), request.applied_epoch(), &request);
   }
   roster_.Register(request);
   if (RankRoster::IsActiveStage(layout_.active_stages, request.pipeline_rank())) {
@@ -212,25 +216,6 @@ absl::Status JobState::OnUpstream(absl::Span<const Upstream> messages) {
   return absl::OkStatus();
 }
 
-absl::Status JobState::CheckLocked(const Upstream& m) const {
-  if (!roster_.Contains(m.rank)) {
-    return absl::NotFoundError(absl::StrCat("job ", name_, " has no rank ", m.rank));
-  }
-  if (m.report != nullptr) {
-    if (absl::Status s = ValidateReport(*m.report, roster_.shape().num_layers);
-        !s.ok()) {
-      return s;
-    }
-    return protocol_.CheckReportEpoch(m.report->applied_epoch());
-  }
-  if (m.ack != nullptr) {
-    if (absl::Status s = ValidateAck(*m.ack); !s.ok()) return s;
-    return protocol_.CheckAck(m.rank, *m.ack);
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("empty message for rank ", m.rank, " (neither report nor ack)"));
-}
-
 void JobState::ApplyReportLocked(int rank,
                                  const dynmo::v1::IterationReport& report) {
   const RosterRank& r = roster_.at(rank);
@@ -244,6 +229,7 @@ void JobState::ApplyReportLocked(int rank,
   }
   roster_.RecordReport(rank, report, active);
   rebalancer_.OnReport(report.iteration(), report.model_changed());
+  AdoptAppliedLocked(rank, report.applied_epoch(), nullptr);
   ++reports_;
   if (metrics_ != nullptr) metrics_->Report();
   if (roster_.Participates(rank, layout_.active_stages)) {
@@ -281,6 +267,10 @@ absl::StatusOr<core::PipelineModel> JobState::ModelLocked() const {
 
 void JobState::MeasureLocked(const core::PipelineModel& model) {
   rebalancer_.Measure(model, layout_);
+  PublishMeasuresLocked();
+}
+
+void JobState::PublishMeasuresLocked() {
   if (metrics_ == nullptr) return;
   const core::PartitionSummary& m = rebalancer_.measures();
   const int dp = roster_.shape().data_parallel_size;

@@ -12,6 +12,8 @@
 //   job_record.h                      the job as JobRecord / JobStatus / ...
 //   proto_convert.h, plan_convert.h   wire messages <-> plain structs
 //   job_plan_effects.cc               what a plan step does to the job
+//   job_checks.cc                     what a rank's message must pass
+//                                     (values, epochs, the windows)
 //   job_lifecycle.cc                  open, closed (deleted), idle since
 //
 // Ranks register with their pipeline / data-parallel coordinates; each rank
@@ -31,7 +33,6 @@
 #define DYNMO_COORDINATOR_SERVICE_JOB_STATE_H_
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -46,6 +47,7 @@
 #include "coordinator/core/boundaries.h"
 #include "coordinator/core/cost_profile.h"
 #include "coordinator/service/decision.h"
+#include "coordinator/service/event_log.h"
 #include "coordinator/service/job_layout.h"
 #include "coordinator/service/job_record.h"
 #include "coordinator/service/metrics.h"
@@ -79,10 +81,20 @@ struct JobOptions {
   // over ~20 samples, not the ~3 the cost estimate follows.
   double noise_smoothing = 0.1;
   int history_limit = 32;
-  // One line per plan event (issued, committed, aborted, applied), without
-  // a trailing newline; null: none. Called under the job's lock, so it must
-  // not call back into the job. dynmo-coordinator prints them (--log_plans).
-  std::function<void(const std::string&)> plan_log;
+  // A report's or ack's iteration more than this far beyond the job's
+  // newest is refused (INVALID_ARGUMENT): one bogus iteration would push
+  // every later plan's apply iteration out of reach.
+  int64_t iteration_window = 1'000'000;
+  // A registering rank's applied or pending epoch more than this far beyond
+  // the job's epoch is refused; within it, a newer applied epoch is adopted
+  // (the state dir was lost). Reports and acks may never name an epoch
+  // beyond the job's.
+  uint64_t epoch_window = 1'000'000;
+  // The level of the plan events (plan_issued, plan_committed,
+  // plan_applied, repack; event_log.h): info, or debug where the operator
+  // wants them out of the log (dynmo-coordinator --log_plans=false). An
+  // aborted plan is always a warning.
+  LogLevel plan_event_level = LogLevel::kInfo;
 };
 
 // What a job needs from the rest of the coordinator. Not owned.
@@ -196,6 +208,12 @@ class JobState {
   absl::Status OnUpstream(absl::Span<const Upstream> messages);
   absl::Status CheckLocked(const Upstream& m) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // INVALID_ARGUMENT for an iteration beyond the window (iteration_window).
+  absl::Status CheckIterationLocked(int64_t iteration) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // INVALID_ARGUMENT for registered epochs beyond the window (epoch_window).
+  absl::Status CheckRegisterEpochsLocked(const dynmo::v1::RegisterRequest& r) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyReportLocked(int rank, const dynmo::v1::IterationReport& report)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyAckLocked(int rank, const dynmo::v1::PlanAck& ack)
@@ -206,6 +224,8 @@ class JobState {
   // The rebalancer's measures of the layout in force, and their metrics.
   void MeasureLocked(const core::PipelineModel& model)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The rebalancer's measures (fresh or restored) into the job's metrics.
+  void PublishMeasuresLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // ---- Plan effects (job_plan_effects.cc) ----
   // Returns how many ranks and sessions it went to.
@@ -228,12 +248,23 @@ class JobState {
   void ApplyLocked(const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A re-shaping plan's effects on the roster, the layout and the profile.
   void ReshapeLocked(const dynmo::v1::Reshape& reshape) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The layout becomes `plan`'s, the GPUs it releases go to the pool, the
+  // job is persisted and the plan_applied event logged.
+  void SwitchLayoutLocked(const dynmo::v1::Plan& plan, const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A rank runs under `epoch`, newer than the job's applied one (reported,
+  // or named in a re-registration): after a restart or a plan the
+  // coordinator settled otherwise, the ranks are right. Applies the
+  // committed plan of that epoch, or adopts the epoch and the layout (from
+  // the plan's record, else from `registered`), aborting a plan in flight
+  // that was made from the older layout.
+  void AdoptAppliedLocked(int rank, uint64_t epoch,
+                          const dynmo::v1::RegisterRequest* registered)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // The parts job_record.h makes the job's messages from.
   JobParts PartsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status PersistLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Hands one plan event to options_.plan_log.
-  void LogPlanLocked(const std::string& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // NOT_FOUND once the job was deleted (Close); else marks activity.
   absl::Status CheckOpenLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Persists after a settled plan; a failure becomes the decision note.

@@ -1,5 +1,6 @@
 #include "coordinator/service/plan_protocol.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -65,6 +66,20 @@ void PlanProtocol::AdoptEpoch(uint64_t epoch) {
   applied_epoch_ = epoch;
 }
 
+std::optional<dynmo::v1::Plan> PlanProtocol::AdoptApplied(uint64_t epoch,
+                                                          const std::string& why,
+                                                          absl::Time now) {
+  applied_epoch_ = std::max(applied_epoch_, epoch);
+  for (dynmo::v1::PlanRecord& h : history_) {
+    if (h.plan().epoch() != epoch) continue;
+    h.set_outcome(dynmo::v1::PLAN_OUTCOME_APPLIED);
+    h.set_detail(why);
+    h.set_outcome_unix_ms(absl::ToUnixMillis(now));
+    return h.plan();
+  }
+  return std::nullopt;
+}
+
 const dynmo::v1::PlanRecord* PlanProtocol::in_flight() const {
   return in_flight_ ? &*in_flight_ : nullptr;
 }
@@ -82,7 +97,7 @@ absl::Status PlanProtocol::CheckIdle() const {
 
 absl::Status PlanProtocol::CheckReportEpoch(uint64_t applied_epoch) const {
   if (applied_epoch <= epoch_) return absl::OkStatus();
-  return absl::FailedPreconditionError(
+  return absl::InvalidArgumentError(
       absl::StrCat("report ran under epoch ", applied_epoch, " but job ",
                    options_.job, " never issued an epoch beyond ", epoch_));
 }

@@ -76,6 +76,15 @@ class PlanProtocol {
   // state dir was lost or is older than the ranks): adopt it as issued and
   // applied, so that the next plan is newer than anything applied.
   void AdoptEpoch(uint64_t epoch);
+  // The ranks run under `epoch` (<= the newest issued, newer than the
+  // applied one) while no COMMITTED plan of that epoch is in flight: the
+  // coordinator settled it otherwise (aborted it while the ranks had
+  // agreed to switch) or lost that it was applied. The ranks are right: the
+  // epoch becomes the applied one and its history record, if kept, turns
+  // APPLIED with `why`. Returns the plan when the history knew it (its
+  // layout is the one in force). Precondition: no plan in flight.
+  std::optional<dynmo::v1::Plan> AdoptApplied(uint64_t epoch, const std::string& why,
+                                              absl::Time now);
 
   // The plan in flight, or null.
   const dynmo::v1::PlanRecord* in_flight() const;
@@ -85,7 +94,7 @@ class PlanProtocol {
 
   // FAILED_PRECONDITION while a plan is in flight.
   absl::Status CheckIdle() const;
-  // A report that ran under `applied_epoch`: FAILED_PRECONDITION beyond the
+  // A report that ran under `applied_epoch`: INVALID_ARGUMENT beyond the
   // newest epoch issued.
   absl::Status CheckReportEpoch(uint64_t applied_epoch) const;
   // An ack (already valid on its own) of `rank`: INVALID_ARGUMENT for an

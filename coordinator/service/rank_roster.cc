@@ -321,13 +321,28 @@ std::vector<SessionRanks> RankRoster::ParticipantSessions(
   return out;
 }
 
+std::vector<std::vector<int>> RankRoster::RegisteredByStage() const {
+  std::vector<std::vector<int>> by_stage(static_cast<size_t>(shape_.pipeline_size));
+  for (int i = 0; i < size(); ++i) {
+    const RosterRank& r = at(i);
+    if (r.registered && r.pipeline_rank >= 0 && r.pipeline_rank < shape_.pipeline_size) {
+      by_stage[static_cast<size_t>(r.pipeline_rank)].push_back(i);
+    }
+  }
+  return by_stage;
+}
+
 std::vector<core::StageMemoryReport> RankRoster::StageMemory(
     absl::Span<const int> active) const {
+  // One pass over the ranks, not one per stage: a job of 65,536 stages
+  // would otherwise cost 2^32 steps per status.
+  const std::vector<std::vector<int>> by_stage = RegisteredByStage();
   std::vector<core::StageMemoryReport> stages(active.size());
   for (size_t s = 0; s < active.size(); ++s) {
+    if (active[s] < 0 || active[s] >= shape_.pipeline_size) continue;
     core::StageMemoryReport& st = stages[s];
-    for (const RosterRank& r : ranks_) {
-      if (!r.registered || r.pipeline_rank != active[s]) continue;
+    for (int i : by_stage[static_cast<size_t>(active[s])]) {
+      const RosterRank& r = at(i);
       st.used_bytes = std::max(st.used_bytes, r.memory_used_bytes);
       if (r.memory_capacity_bytes > 0) {
         st.capacity_bytes = st.capacity_bytes < 0
@@ -341,11 +356,12 @@ std::vector<core::StageMemoryReport> RankRoster::StageMemory(
 
 std::vector<dynmo::v1::ReleasedGpu> RankRoster::ReleasedBy(
     const dynmo::v1::Plan& plan, absl::Time now) const {
+  const std::vector<std::vector<int>> by_stage = RegisteredByStage();
   std::vector<dynmo::v1::ReleasedGpu> released;
   for (int stage : plan.released_stages()) {
-    for (int i = 0; i < size(); ++i) {
+    if (stage < 0 || stage >= shape_.pipeline_size) continue;
+    for (int i : by_stage[static_cast<size_t>(stage)]) {
       const RosterRank& r = at(i);
-      if (!r.registered || r.pipeline_rank != stage) continue;
       dynmo::v1::ReleasedGpu g;
       g.set_job(shape_.job);
       g.set_host(r.host);

@@ -139,7 +139,7 @@ class RankRoster {
       absl::Span<const int> active) const;
 
   // Per active stage: the smallest reported capacity and the largest newest
-  // measured use over its replicas.
+  // measured use over its replicas. O(ranks + stages).
   std::vector<core::StageMemoryReport> StageMemory(
       absl::Span<const int> active) const;
   // The GPUs of the stages `plan` releases, as the pool records them.
@@ -148,6 +148,8 @@ class RankRoster {
 
  private:
   absl::Status CheckKey(int rank, absl::string_view key) const;
+  // The registered ranks of each stage, in rank order.
+  std::vector<std::vector<int>> RegisteredByStage() const;
 
   JobShape shape_;
   std::vector<RosterRank> ranks_;

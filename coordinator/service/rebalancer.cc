@@ -17,12 +17,32 @@ Rebalancer::Rebalancer(const Policy& policy, const AutoOptions& auto_options,
       metrics_(metrics) {}
 
 void Rebalancer::OnReport(int64_t iteration, bool model_changed) {
-  newest_iteration_ = std::max(newest_iteration_, iteration);
+  newest_iteration_ = restored_ ? iteration : std::max(newest_iteration_, iteration);
+  restored_ = false;
   model_changed_ = model_changed_ || model_changed;
   if (model_changed) {
     model_changed_iteration_ = std::max(model_changed_iteration_, iteration);
   }
   dirty_ = true;
+}
+
+void Rebalancer::RestoreProgress(const dynmo::v1::JobProgress& p) {
+  newest_iteration_ = p.last_iteration();
+  restored_ = true;
+  measures_.imbalance = p.imbalance();
+  measures_.bottleneck = p.bottleneck_s();
+  measures_.lower_bound = p.lower_bound_s();
+  measures_.loads.assign(p.stage_load_s().begin(), p.stage_load_s().end());
+  bubble_ = p.bubble_ratio();
+}
+
+void Rebalancer::SaveProgress(dynmo::v1::JobProgress* p) const {
+  p->set_last_iteration(newest_iteration_);
+  p->set_imbalance(measures_.imbalance);
+  p->set_bottleneck_s(measures_.bottleneck);
+  p->set_lower_bound_s(measures_.lower_bound);
+  for (double l : measures_.loads) p->add_stage_load_s(l);
+  p->set_bubble_ratio(bubble_);
 }
 
 bool Rebalancer::TakeDirty() {

@@ -23,6 +23,7 @@
 #include "coordinator/service/job_layout.h"
 #include "coordinator/service/metrics.h"
 #include "coordinator/service/policy.h"
+#include "dynmo/v1/state.pb.h"
 
 namespace dynmo::service {
 
@@ -57,6 +58,14 @@ class Rebalancer {
   // A rank reported `iteration`, flagging whether the model changed.
   void OnReport(int64_t iteration, bool model_changed);
   int64_t newest_iteration() const { return newest_iteration_; }
+  // The newest iteration reported since this coordinator started; -1 while
+  // the one shown is a restored one (RestoreProgress). What the iteration
+  // window is measured from.
+  int64_t reported_iteration() const { return restored_ ? -1 : newest_iteration_; }
+  // A restarted job's saved progress: shown until the first report (the
+  // iteration) and the first complete profile (the measures) replace it.
+  void RestoreProgress(const dynmo::v1::JobProgress& progress);
+  void SaveProgress(dynmo::v1::JobProgress* progress) const;
   // The newest iteration a rank flagged "model changed" (-1: none).
   int64_t model_changed_iteration() const { return model_changed_iteration_; }
   // Whether anything arrived since the last call (a tick has work).
@@ -95,6 +104,7 @@ class Rebalancer {
   AutoGate gate_;
   CoordinatorMetrics* metrics_;
   int64_t newest_iteration_ = -1;
+  bool restored_ = false;  // newest_iteration_ is RestoreProgress's
   int64_t last_decision_iteration_ = -1;
   bool model_changed_ = false;
   int64_t model_changed_iteration_ = -1;

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "coordinator/service/event_log.h"
 
 namespace dynmo::service {
 namespace {
@@ -118,17 +119,27 @@ absl::StatusOr<std::vector<dynmo::v1::ReleasedGpu>> ReleasedPool::Claim(
     index.push_back(i);
   }
   if (!problems.empty()) {
-    return absl::FailedPreconditionError(
+    const absl::Status refused = absl::FailedPreconditionError(
         absl::StrCat("claim refused, nothing claimed: ",
                      absl::StrJoin(problems, "; ")));
+    LogEvent(LogLevel::kInfo, "claim_refused",
+             {{"gpus", absl::StrJoin(ids, ",")}, {"holder", holder},
+              {"reason", refused.message()}});
+    return refused;
   }
-  return UpdateLocked(index, dynmo::v1::ReleasedEvent::CLAIMED,
-                      [&](dynmo::v1::ReleasedGpu& g) {
-                        g.set_state(dynmo::v1::ReleasedGpu::CLAIMED);
-                        g.set_holder(holder);
-                        g.set_claimed_unix_ms(absl::ToUnixMillis(now));
-                        g.set_lease_seconds(lease_seconds);
-                      });
+  auto claimed = UpdateLocked(index, dynmo::v1::ReleasedEvent::CLAIMED,
+                              [&](dynmo::v1::ReleasedGpu& g) {
+                                g.set_state(dynmo::v1::ReleasedGpu::CLAIMED);
+                                g.set_holder(holder);
+                                g.set_claimed_unix_ms(absl::ToUnixMillis(now));
+                                g.set_lease_seconds(lease_seconds);
+                              });
+  if (claimed.ok()) {
+    LogEvent(LogLevel::kInfo, "claim",
+             {{"gpus", absl::StrJoin(ids, ",")}, {"holder", holder},
+              {"lease_s", lease_seconds}});
+  }
+  return claimed;
 }
 
 absl::StatusOr<std::vector<dynmo::v1::ReleasedGpu>> ReleasedPool::UpdateLocked(
@@ -181,16 +192,25 @@ absl::StatusOr<std::vector<dynmo::v1::ReleasedGpu>> ReleasedPool::Return(
     }
   }
   if (!problems.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
+    const absl::Status refused = absl::FailedPreconditionError(absl::StrCat(
         "return refused, nothing returned: ", absl::StrJoin(problems, "; ")));
+    LogEvent(LogLevel::kInfo, "return_refused",
+             {{"gpus", absl::StrJoin(ids, ",")}, {"holder", holder},
+              {"reason", refused.message()}});
+    return refused;
   }
-  return UpdateLocked(index, dynmo::v1::ReleasedEvent::RETURNED,
-                      [](dynmo::v1::ReleasedGpu& g) {
-                        g.set_state(dynmo::v1::ReleasedGpu::FREE);
-                        g.clear_holder();
-                        g.clear_claimed_unix_ms();
-                        g.clear_lease_seconds();
-                      });
+  auto returned = UpdateLocked(index, dynmo::v1::ReleasedEvent::RETURNED,
+                               [](dynmo::v1::ReleasedGpu& g) {
+                                 g.set_state(dynmo::v1::ReleasedGpu::FREE);
+                                 g.clear_holder();
+                                 g.clear_claimed_unix_ms();
+                                 g.clear_lease_seconds();
+                               });
+  if (returned.ok()) {
+    LogEvent(LogLevel::kInfo, "return",
+             {{"gpus", absl::StrJoin(ids, ",")}, {"holder", holder}});
+  }
+  return returned;
 }
 
 std::vector<ReleasedPool::Event> ReleasedPool::WaitEvents(

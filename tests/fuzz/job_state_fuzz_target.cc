@@ -18,10 +18,12 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "coordinator/service/event_log.h"
 #include "coordinator/service/job_registry.h"
 #include "coordinator/service/metrics.h"
 #include "coordinator/service/policy.h"
@@ -290,10 +292,14 @@ void Run(Reader& in) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  // Random bytes in string fields make protobuf log every parse; the
-  // validators' answers are what is tested, not those lines.
+  // Random bytes in string fields make protobuf log every parse, and every
+  // job the input creates is an event line; the validators' and the state
+  // machine's answers are what is tested, not those lines.
   static const bool quiet = [] {
     google::protobuf::SetLogHandler(nullptr);
+    static std::ostream discard(nullptr);  // no buffer: writes go nowhere
+    dynmo::service::ConfigureEventLog(dynmo::service::EventLogOptions{
+        dynmo::service::LogFormat::kLogfmt, dynmo::service::LogLevel::kError, &discard});
     return true;
   }();
   (void)quiet;

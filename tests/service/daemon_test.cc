@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 #include <filesystem>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -197,11 +199,88 @@ TEST_F(DaemonTest, RepackingReleasesRanksThatCtlReleasedShows) {
   EXPECT_NE(plans.out.find("repack"), std::string::npos) << plans.out;
   // The daemon's log has a line per plan event.
   const std::string log = Shell("cat " + dir_ + "/coordinator.log").out;
-  for (const char* event : {" dynmo-coordinator: job skewed: plan ", " issued (",
-                            " committed\n", " applied at iteration "}) {
+  for (const char* event : {" level=info event=plan_issued job=skewed epoch=1 ",
+                            " level=info event=plan_committed job=skewed epoch=1\n",
+                            " level=info event=plan_applied job=skewed epoch=1 ",
+                            " level=info event=repack job=skewed "}) {
     EXPECT_NE(log.find(event), std::string::npos) << event << "\n" << log;
   }
-  EXPECT_NE(log.find("GPUs released"), std::string::npos) << log;
+}
+
+// Every kind of decision in one scripted run, as --log_format=json lines on
+// the daemon's stderr: each line one JSON object with ts, level and event,
+// each event with its fields.
+TEST_F(DaemonTest, EveryDecisionIsOneJsonEventLineWithItsFields) {
+  std::ofstream(dir_ + "/token") << "t0ken\n";
+  const std::string token = " --token_file=" + dir_ + "/token";
+  StartDaemon({"--log_format=json", "--token_file=" + dir_ + "/token"});
+  WaitReady(token);
+  const std::string trace = WriteSkewedTrace(dir_, 50);
+  ASSERT_EQ(Shell(Loadgen("ev", "--trace=" + trace, 60) + token).rc, 0);
+  ASSERT_EQ(Ctl("claim gpu-1 --holder=batch --lease_seconds=60", token).rc, 0);
+  ASSERT_EQ(Ctl("claim gpu-1 --holder=other", token).rc, 1);
+  ASSERT_EQ(Ctl("return gpu-1 --holder=batch", token).rc, 0);
+  ASSERT_EQ(Ctl("jobs", "--timeout_s=2").rc, 1) << "no token";
+  // The state dir refuses the next commit (a directory where the temp file
+  // goes): the policy change is refused and the failure logged.
+  ASSERT_EQ(mkdir((dir_ + "/state/state.pb.tmp").c_str(), 0755), 0);
+  EXPECT_EQ(Ctl("policy ev --trigger=manual", token).rc, 1);
+  ASSERT_EQ(rmdir((dir_ + "/state/state.pb.tmp").c_str()), 0);
+  ASSERT_EQ(Ctl("delete ev", token).rc, 0);
+  StopDaemon(SIGTERM);
+
+  std::ifstream in(dir_ + "/coordinator.log");
+  std::map<std::string, std::vector<nlohmann::json>> events;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] != '{') continue;  // gRPC's own log, if any
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << line;
+    ASSERT_TRUE(j.contains("ts") && j.contains("level")) << line;
+    events[j["event"].get<std::string>()].push_back(j);
+  }
+  // event -> level and the fields it must carry.
+  const std::map<std::string, std::pair<std::string, std::vector<std::string>>> want = {
+      {"listening", {"info", {"address", "port", "state_dir", "version"}}},
+      {"job_created", {"info", {"job", "owner", "pp", "dp", "layers"}}},
+      {"plan_issued", {"info", {"job", "epoch", "reason", "boundaries_from", "boundaries_to",
+                                "stages", "apply_iteration", "migrations",
+                                "migration_bytes", "prepare_ranks", "prepare_sessions"}}},
+      {"plan_committed", {"info", {"job", "epoch"}}},
+      {"plan_applied", {"info", {"job", "epoch", "apply_iteration", "reason", "boundaries",
+                                 "stages"}}},
+      {"repack", {"info", {"job", "epoch", "stages", "gpus_released"}}},
+      {"claim", {"info", {"gpus", "holder", "lease_s"}}},
+      {"claim_refused", {"info", {"gpus", "holder", "reason"}}},
+      {"return", {"info", {"gpus", "holder"}}},
+      {"auth_refused", {"warning", {"role", "peer", "code", "reason"}}},
+      {"persist_failed", {"error", {"error"}}},
+      {"job_deleted", {"info", {"job", "sessions_ended", "forced"}}},
+      {"shutdown", {"info", {"signal"}}},
+  };
+  for (const auto& [event, spec] : want) {
+    ASSERT_FALSE(events[event].empty()) << event << " never logged";
+    const nlohmann::json& j = events[event].front();
+    EXPECT_EQ(j["level"], spec.first) << j.dump();
+    for (const std::string& field : spec.second) {
+      EXPECT_TRUE(j.contains(field)) << event << " without " << field << ": " << j.dump();
+    }
+  }
+  EXPECT_EQ(events["job_created"].front()["job"], "ev");
+  EXPECT_EQ(events["claim"].front()["gpus"], "gpu-1");
+  EXPECT_EQ(events["claim"].front()["holder"], "batch");
+  EXPECT_EQ(events["claim"].front()["lease_s"], 60);
+  EXPECT_EQ(events["auth_refused"].front()["code"], "UNAUTHENTICATED");
+  EXPECT_NE(events["persist_failed"].front()["error"].get<std::string>().find(
+                "state not persisted"),
+            std::string::npos);
+  EXPECT_EQ(events["shutdown"].front()["signal"], SIGTERM);
+  EXPECT_GT(events["repack"].front()["gpus_released"].get<int>(), 0);
+  // Applied epochs only go up.
+  uint64_t last = 0;
+  for (const nlohmann::json& j : events["plan_applied"]) {
+    EXPECT_GT(j["epoch"].get<uint64_t>(), last);
+    last = j["epoch"].get<uint64_t>();
+  }
 }
 
 TEST_F(DaemonTest, OneCoordinatorPerAddressAndPerStateDirAndNoBadFlags) {
@@ -222,10 +301,12 @@ TEST_F(DaemonTest, OneCoordinatorPerAddressAndPerStateDirAndNoBadFlags) {
   for (const std::string flags :
        {"--listen=127.0.0.1:99999", "--listen=nocolon", "--metrics_listen=:1",
         "--prepare_timeout_s=-1", "--prepare_timeout_s=nan", "--migration_bandwidth=0",
-        "--auto_horizon_iterations=0", "--max_jobs=0", "--max_message_bytes=-5"}) {
+        "--auto_horizon_iterations=0", "--max_jobs=0", "--max_message_bytes=-5",
+        "--iteration_window=0", "--epoch_window=-1", "--log_format=xml", "--log_level=loud"}) {
     Result r = Shell(absl::StrCat("timeout 10 ", bin, " --listen=127.0.0.1:0 ", flags));
     EXPECT_EQ(r.rc, 2) << flags << ": " << r.out;
-    EXPECT_NE(r.out.find("dynmo-coordinator: "), std::string::npos) << flags << ": " << r.out;
+    EXPECT_NE(r.out.find(" level=error event=bad_flag error="), std::string::npos)
+        << flags << ": " << r.out;
   }
   // A file that is not a certificate: one clear line, no gRPC SSL log.
   std::ofstream(dir_ + "/junk.pem") << "not a certificate\n";
@@ -343,21 +424,7 @@ void DaemonTest::Kill9MidRun(const std::string& loadgen_flags) {
 TEST_F(DaemonTest, MutualTlsAndTokenAreEnforced) {
   if (Shell("command -v openssl").rc != 0) GTEST_SKIP() << "no openssl";
   const std::string d = dir_;
-  const std::string ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
-  std::ofstream(d + "/san.ext") << "subjectAltName=DNS:localhost,IP:127.0.0.1\n";
-  ASSERT_EQ(Shell(absl::StrCat("cd ", d, " && openssl req -x509 ", ec,
-                             " -keyout ca.key -out ca.pem -days 1 -subj /CN=ca"))
-                .rc,
-            0);
-  for (const std::string who : {"server", "client"}) {
-    ASSERT_EQ(Shell(absl::StrCat("cd ", d, " && openssl req ", ec, " -keyout ", who,
-                               ".key -out ", who, ".csr -subj /CN=localhost && ",
-                               "openssl x509 -req -in ", who,
-                               ".csr -CA ca.pem -CAkey ca.key -CAcreateserial -out ",
-                               who, ".pem -days 1 -extfile san.ext"))
-                  .rc,
-              0);
-  }
+  ASSERT_EQ(Shell(absl::StrCat(DYNMO_SOURCE_DIR, "/tests/make-test-certs.sh ", d)).rc, 0);
   std::ofstream(d + "/token") << "t0ken\n";
   StartDaemon({"--tls_cert=" + d + "/server.pem", "--tls_key=" + d + "/server.key",
                "--tls_client_ca=" + d + "/ca.pem", "--token_file=" + d + "/token"});

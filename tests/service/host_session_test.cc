@@ -234,7 +234,7 @@ TEST_F(HostSessionApiTest, BatchesAreCheckedWholeAndABadOneChangesNothing) {
   HostMessage future = Batch({0});
   future.mutable_batch()->mutable_messages(0)->mutable_report()
       ->set_applied_epoch(7);  // never issued
-  EXPECT_EQ(Run({Hello({0}), future}).error_code(), grpc::FAILED_PRECONDITION);
+  EXPECT_EQ(Run({Hello({0}), future}).error_code(), grpc::INVALID_ARGUMENT);
   HostMessage empty;
   empty.mutable_batch()->add_messages()->set_rank(0);
   EXPECT_EQ(Run({Hello({0}), empty}).error_code(), grpc::INVALID_ARGUMENT);

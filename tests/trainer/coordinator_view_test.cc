@@ -19,78 +19,22 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/trainer/coordinator_daemon.h"
 #include "tests/trainer/train_job.h"
 
 namespace dynmo::trainer {
 namespace {
-
-std::string BinDir() {
-  const char* dir = std::getenv("DYNMO_BIN_DIR");
-  return dir ? dir : ".";
-}
 
 // Protobuf's JSON prints 64-bit integers as strings.
 int64_t Int(const nlohmann::json& v) {
   return v.is_string() ? std::stoll(v.get<std::string>()) : v.get<int64_t>();
 }
 
-// Runs `command` and returns its standard output.
-std::string Capture(const std::string& command) {
-  std::string out;
-  FILE* p = popen(command.c_str(), "r");
-  if (p == nullptr) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  pclose(p);
-  return out;
-}
-
-class Daemon {
- public:
-  // With a bearer token: every RPC, the trainers' included, must carry it.
-  Daemon(int port, std::string token_file)
-      : address_(absl::StrCat("127.0.0.1:", port)), token_file_(std::move(token_file)) {
-    pid_ = fork();
-    if (pid_ == 0) {
-      const std::string bin = BinDir() + "/dynmo-coordinator";
-      const std::string listen = "--listen=" + address_;
-      const std::string token = "--token_file=" + token_file_;
-      execl(bin.c_str(), bin.c_str(), listen.c_str(), "--trigger=manual", token.c_str(),
-            static_cast<char*>(nullptr));
-      _exit(127);
-    }
-  }
-  ~Daemon() {
-    if (pid_ > 0) {
-      kill(pid_, SIGTERM);
-      waitpid(pid_, nullptr, 0);
-    }
-  }
-  // The daemon answers `dynmo-ctl jobs` (waits up to 20 s).
-  bool WaitReady() const {
-    for (int i = 0; i < 200; ++i) {
-      if (Capture(Ctl("jobs") + " >/dev/null 2>&1 && echo up") == "up\n") return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    return false;
-  }
-  std::string Ctl(const std::string& args) const {
-    return absl::StrCat(BinDir(), "/dynmo-ctl --coordinator=", address_,
-                        " --token_file=", token_file_, " ", args);
-  }
-  const std::string& address() const { return address_; }
-
- private:
-  std::string address_;
-  std::string token_file_;
-  pid_t pid_ = -1;
-};
-
 TEST(CoordinatorViewTest, TheCoordinatorSeesWhatTheRanksMeasured) {
   const std::string token_file = TempPath("view_token");
   std::ofstream(token_file) << "view-s3cret\n";
-  Daemon daemon(FreePort(), token_file);
+  CoordinatorDaemon daemon(FreePort(), {"--trigger=manual", "--token_file=" + token_file},
+                           "--token_file=" + token_file);
   ASSERT_TRUE(daemon.WaitReady()) << "dynmo-coordinator did not come up";
   const int microbatches = 4;
   JobResult r = RunJob(

@@ -20,6 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/trainer/coordinator_daemon.h"
 #include "tests/trainer/train_job.h"
 
 namespace dynmo::trainer {
@@ -114,6 +115,31 @@ TEST(LaunchRelayTest, RanksUnderTheLauncherShareOneStreamAndApplyPlans) {
   EXPECT_THAT(out, HasSubstr("coordinator unix:/")) << "dynmo-train dialled the relay";
   EXPECT_THAT(out, HasSubstr("applied plan epoch 1"));
   EXPECT_THAT(out, HasSubstr("[rank 0] dynmo-train: done, 40 iterations"));
+}
+
+TEST(LaunchRelayTest, TheRelayCarriesTokenAndMutualTlsToASecuredCoordinator) {
+  SecuredFiles files;
+  const std::string problem = MakeSecuredFiles(TempPath("launch_secured"), &files);
+  if (!problem.empty()) GTEST_SKIP() << problem;
+  std::vector<std::string> flags = files.DaemonFlags();
+  for (const char* f : {"--trigger=every:5", "--balancer=time", "--plan_lead_iterations=5"}) {
+    flags.push_back(f);
+  }
+  CoordinatorDaemon daemon(FreePort(), flags, files.CtlFlags(), files.Path("coordinator.log"));
+  ASSERT_TRUE(daemon.WaitReady()) << ReadFile(files.Path("coordinator.log"));
+  std::vector<std::string> launcher = {"--nproc=2", "--job=relayed-secured",
+                                       "--coordinator=" + daemon.address(),
+                                       "--coordinator_token_file=" + files.Path("train_token")};
+  for (const std::string& f : files.TlsFlags("--coordinator_")) launcher.push_back(f);
+  Launch run(launcher, SmallJob({"--steps=40", "--initial_boundaries=0,5,6"}));
+  ASSERT_EQ(run.Wait(std::chrono::seconds(240)), 0)
+      << run.Output() << ReadFile(files.Path("coordinator.log"));
+  const std::string out = run.Output();
+  EXPECT_THAT(out, HasSubstr("ranks through the node relay at unix:/"));
+  EXPECT_THAT(out, HasSubstr("applied plan epoch 1"));
+  EXPECT_THAT(out, HasSubstr("[rank 0] dynmo-train: done, 40 iterations"));
+  EXPECT_THAT(ReadFile(files.Path("coordinator.log")),
+              HasSubstr("event=plan_applied job=relayed-secured epoch=1"));
 }
 
 TEST(LaunchRelayTest, AStoppedRankIsNamedAndTheJobStopped) {

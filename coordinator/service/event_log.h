@@ -1,0 +1,93 @@
+// The coordinator's event log: one line per decision (a plan issued,
+// committed, applied or aborted with its reason, a re-pack, a claim or
+// return, an auth failure, a persistence error, a job created or deleted),
+// levelled (debug|info|warning|error) and made of key=value fields:
+//
+//   ts=2026-11-24T08:00:00.123Z level=info event=plan_applied job=demo epoch=3 ...
+//
+// (logfmt, the default) or, with --log_format=json, one JSON object a line
+// with the same keys. Lines go to stderr, which journald and kubectl logs
+// read as they are. spdlog does the levels, the timestamps and the sink;
+// this file only renders the fields, so the header names no spdlog type
+// and nothing that includes it needs spdlog's headers.
+//
+// Thread-safe: LogEvent may be called from any thread (spdlog's _mt sinks
+// serialise the writes); ConfigureEventLog swaps the logger atomically.
+// Before any ConfigureEventLog, events go to stderr as logfmt at info.
+#ifndef DYNMO_COORDINATOR_SERVICE_EVENT_LOG_H_
+#define DYNMO_COORDINATOR_SERVICE_EVENT_LOG_H_
+
+#include <initializer_list>
+#include <ostream>
+#include <string>
+#include <type_traits>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+
+namespace dynmo::service {
+
+enum class LogLevel { kDebug, kInfo, kWarning, kError };
+enum class LogFormat { kLogfmt, kJson };
+
+// "debug" | "info" | "warning" | "error"; INVALID_ARGUMENT otherwise.
+absl::StatusOr<LogLevel> ParseLogLevel(absl::string_view name);
+// "logfmt" | "json"; INVALID_ARGUMENT otherwise.
+absl::StatusOr<LogFormat> ParseLogFormat(absl::string_view name);
+
+// One key=value of an event. Text is quoted and escaped as the format
+// wants; numbers and booleans stay bare (JSON numbers, logfmt words).
+class LogField {
+ public:
+  LogField(absl::string_view key, absl::string_view text)
+      : key_(key), value_(text), bare_(false) {}
+  LogField(absl::string_view key, const char* text)
+      : LogField(key, absl::string_view(text)) {}
+  LogField(absl::string_view key, const std::string& text)
+      : LogField(key, absl::string_view(text)) {}
+  LogField(absl::string_view key, bool value)
+      : key_(key), value_(value ? "true" : "false"), bare_(true) {}
+  template <typename Int,
+            std::enable_if_t<std::is_integral_v<Int> && !std::is_same_v<Int, bool>, int> = 0>
+  LogField(absl::string_view key, Int value)
+      : key_(key), value_(absl::StrCat(value)), bare_(true) {}
+  // A non-finite double is written as text ("inf", "nan"): JSON has no
+  // number for it.
+  LogField(absl::string_view key, double value);
+
+  absl::string_view key() const { return key_; }
+  absl::string_view value() const { return value_; }
+  bool bare() const { return bare_; }
+
+ private:
+  absl::string_view key_;
+  std::string value_;
+  bool bare_;
+};
+
+struct EventLogOptions {
+  LogFormat format = LogFormat::kLogfmt;
+  LogLevel level = LogLevel::kInfo;
+  // Where lines go; null: stderr. Tests pass a stream they read back.
+  std::ostream* out = nullptr;
+};
+
+// Replaces the process's event logger.
+void ConfigureEventLog(const EventLogOptions& options);
+// The same from the --log_format / --log_level flags' text; an error names
+// the bad flag and leaves the logger as it was.
+absl::Status ConfigureEventLog(absl::string_view format, absl::string_view level);
+
+// Writes one event when `level` is at or above the configured level.
+void LogEvent(LogLevel level, absl::string_view event,
+              std::initializer_list<LogField> fields);
+
+// The event and its fields as `format` renders them after the timestamp
+// and level (no newline): `event=E k=v ...` or `"event":"E","k":v,...`.
+std::string FormatEventFields(LogFormat format, absl::string_view event,
+                              std::initializer_list<LogField> fields);
+
+}  // namespace dynmo::service
+
+#endif  // DYNMO_COORDINATOR_SERVICE_EVENT_LOG_H_
