@@ -10,6 +10,7 @@
 #include "absl/strings/strip.h"
 #include "coordinator/core/partition.h"
 #include "trainer/repack_layout.h"
+#include "trainer/reshape_layout.h"
 
 namespace dynmo::trainer {
 
@@ -134,6 +135,24 @@ absl::Status ValidateConfig(const TrainerConfig& c, int world_size) {
           "--test_migration_boundaries entry ", i + 1, ": ", step.status().message()));
     }
     layout = next;
+  }
+  if (c.test_reshape_at != 0) {
+    if (c.test_migrate_every > 0) {
+      return absl::InvalidArgumentError(
+          "--test_reshape_at and --test_migrate_every cannot be combined");
+    }
+    if (c.test_reshape_at < 1) {
+      return absl::InvalidArgumentError("--test_reshape_at: ITER must be >= 1");
+    }
+    absl::StatusOr<ReshapeStep> step = PlanReshapeStep(
+        InitialLayout(c.pp, core::PartitionUniform(m.num_pipeline_layers(), c.pp)), c.dp,
+        c.microbatches,
+        ReshapeTarget{c.test_reshape_pp, c.test_reshape_dp, c.test_reshape_boundaries},
+        m.num_pipeline_layers());
+    if (!step.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--test_reshape_at: ", step.status().message()));
+    }
   }
   if (c.save_every < 0) {
     return absl::InvalidArgumentError(

@@ -75,6 +75,14 @@ struct TrainerConfig {
   int test_migrate_every = 0;
   std::vector<core::Boundaries> test_migration_targets;
   std::vector<std::vector<int>> test_migration_stages;  // empty or one per target
+  // A test policy re-shaping the grid once (--test_reshape_at=ITER:PPxDP[:b]):
+  // before iteration `test_reshape_at` (0: never) the job's ranks regroup
+  // into test_reshape_pp x test_reshape_dp with those boundaries (empty:
+  // uniform). Not combinable with test_migrate_every.
+  int64_t test_reshape_at = 0;
+  int test_reshape_pp = 0;
+  int test_reshape_dp = 0;
+  core::Boundaries test_reshape_boundaries;
   // The DynMo coordinator (agent/agent.h): "none" or empty (no agent),
   // "embedded" (rank 0 serves one on loopback; every rank must be on this
   // host) or HOST:PORT. Plans it commits are applied at their apply
