@@ -43,6 +43,17 @@ absl::Status ValidateConfig(const TrainerConfig& c, int world_size) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--hidden=", m.hidden, " is not divisible by --heads=", m.heads));
   }
+  if (m.pipeline_units != "blocks" && m.pipeline_units != "halves") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--pipeline_units must be blocks or halves, got '", m.pipeline_units, "'"));
+  }
+  // The dynamic schemes select, route and prune whole blocks (block ids are
+  // layer ids, a block's parts are one module): not supported on halves.
+  if (m.halves() && !m.dynamism.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--pipeline_units=halves supports --dynamism=none only, got --dynamism=",
+        absl::StrJoin(m.dynamism.cases, ",")));
+  }
   if (!(c.lr > 0)) {
     return absl::InvalidArgumentError(absl::StrCat("--lr must be > 0, got ", c.lr));
   }
@@ -180,6 +191,9 @@ int64_t LayerParameterCount(const ModelConfig& m, int id) {
   if (id == m.num_pipeline_layers() - 1) return 2 * h + h * v;
   // Two LayerNorms, qkv, attention output, MLP in and out (all with biases).
   const int64_t mlp = (h * 4 * h + 4 * h) + (4 * h * h + h);
+  if (m.halves()) {  // a LayerNorm and the attention (odd ids) or the MLP
+    return 2 * h + (id % 2 == 1 ? (h * 3 * h + 3 * h) + (h * h + h) : mlp);
+  }
   int64_t count = 2 * (2 * h) + (h * 3 * h + 3 * h) + (h * h + h) + mlp;
   const DynamismConfig& d = m.dynamism;
   if (d.IsMoeBlock(id)) {

@@ -25,6 +25,10 @@
 #include "trainer/training_log.h"
 
 ABSL_FLAG(int, layers, 4, "decoder blocks (pipeline layers = blocks + embedding + head)");
+ABSL_FLAG(std::string, pipeline_units, "blocks",
+          "what a pipeline layer between embedding and head is: blocks (a decoder block) "
+          "or halves (a block's attention half and MLP half are two layers, so a stage "
+          "may hold 1.5 blocks; --dynamism=none only)");
 ABSL_FLAG(int, hidden, 64, "hidden size");
 ABSL_FLAG(int, heads, 4, "attention heads (must divide --hidden)");
 ABSL_FLAG(int, seq_len, 32, "tokens per sample");
@@ -170,6 +174,7 @@ using dynmo::trainer::TrainerConfig;
 absl::StatusOr<TrainerConfig> ConfigFromFlags() {
   TrainerConfig c;
   c.model.num_blocks = absl::GetFlag(FLAGS_layers);
+  c.model.pipeline_units = absl::GetFlag(FLAGS_pipeline_units);
   c.model.hidden = absl::GetFlag(FLAGS_hidden);
   c.model.heads = absl::GetFlag(FLAGS_heads);
   c.model.seq_len = absl::GetFlag(FLAGS_seq_len);

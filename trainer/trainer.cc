@@ -137,7 +137,7 @@ absl::Status StartAgent(const TrainerConfig& config, const DistEnv& env,
   ac.model_fingerprint = absl::StrCat(
       "gpt:blocks=", config.model.num_blocks, ",hidden=", config.model.hidden,
       ",heads=", config.model.heads, ",seq=", config.model.seq_len,
-      ",vocab=", config.model.vocab);
+      ",vocab=", config.model.vocab, config.model.halves() ? ",units=halves" : "");
   ac.microbatches = config.microbatches;
   ac.schedule = "1f1b";
   absl::StatusOr<std::unique_ptr<agent::Agent>> a = agent::Agent::Start(ac);
