@@ -37,21 +37,12 @@ trap 'rm -rf "$work"' EXIT
 model=(--layers=8 --hidden="$hidden" --heads=4 --seq_len="$seq" --micro_batch="$mb"
        --microbatches="$m" --intra_op_threads=1 --timeout_s=120)
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
+. "$(dirname "$0")/local_ranks.sh"
 
 run_pp2() {  # log_json extra-flags...
-  local log=$1 port
+  local log=$1
   shift
-  port=$(free_port)
-  for r in 0 1; do
-    RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
-      MASTER_PORT=$port DYNMO_COORDINATOR=none \
-      "$bin/dynmo-train" --pp=2 "${model[@]}" --log_json="$log" "$@" \
-      > "$work/rank$r.out" 2>&1 &
-  done
-  wait
+  run_ranks "$bin" 2 "$work" --pp=2 "${model[@]}" --log_json="$log" "$@"
 }
 
 echo "== 1. re-balancing a skewed pp=2 job (steps $steps, every:$every) =="

@@ -10,6 +10,7 @@
 #include "absl/strings/strip.h"
 #include "coordinator/core/partition.h"
 #include "trainer/repack_layout.h"
+#include "trainer/reshape_layout.h"
 
 namespace dynmo::trainer {
 
@@ -41,6 +42,17 @@ absl::Status ValidateConfig(const TrainerConfig& c, int world_size) {
   if (m.hidden % m.heads != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--hidden=", m.hidden, " is not divisible by --heads=", m.heads));
+  }
+  if (m.pipeline_units != "blocks" && m.pipeline_units != "halves") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--pipeline_units must be blocks or halves, got '", m.pipeline_units, "'"));
+  }
+  // The dynamic schemes select, route and prune whole blocks (block ids are
+  // layer ids, a block's parts are one module): not supported on halves.
+  if (m.halves() && !m.dynamism.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--pipeline_units=halves supports --dynamism=none only, got --dynamism=",
+        absl::StrJoin(m.dynamism.cases, ",")));
   }
   if (!(c.lr > 0)) {
     return absl::InvalidArgumentError(absl::StrCat("--lr must be > 0, got ", c.lr));
@@ -135,6 +147,24 @@ absl::Status ValidateConfig(const TrainerConfig& c, int world_size) {
     }
     layout = next;
   }
+  if (c.test_reshape_at != 0) {
+    if (c.test_migrate_every > 0) {
+      return absl::InvalidArgumentError(
+          "--test_reshape_at and --test_migrate_every cannot be combined");
+    }
+    if (c.test_reshape_at < 1) {
+      return absl::InvalidArgumentError("--test_reshape_at: ITER must be >= 1");
+    }
+    absl::StatusOr<ReshapeStep> step = PlanReshapeStep(
+        InitialLayout(c.pp, core::PartitionUniform(m.num_pipeline_layers(), c.pp)), c.dp,
+        c.microbatches,
+        ReshapeTarget{c.test_reshape_pp, c.test_reshape_dp, c.test_reshape_boundaries},
+        m.num_pipeline_layers());
+    if (!step.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--test_reshape_at: ", step.status().message()));
+    }
+  }
   if (c.save_every < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--save_every must be >= 0, got ", c.save_every));
@@ -161,6 +191,9 @@ int64_t LayerParameterCount(const ModelConfig& m, int id) {
   if (id == m.num_pipeline_layers() - 1) return 2 * h + h * v;
   // Two LayerNorms, qkv, attention output, MLP in and out (all with biases).
   const int64_t mlp = (h * 4 * h + 4 * h) + (4 * h * h + h);
+  if (m.halves()) {  // a LayerNorm and the attention (odd ids) or the MLP
+    return 2 * h + (id % 2 == 1 ? (h * 3 * h + 3 * h) + (h * h + h) : mlp);
+  }
   int64_t count = 2 * (2 * h) + (h * 3 * h + 3 * h) + (h * h + h) + mlp;
   const DynamismConfig& d = m.dynamism;
   if (d.IsMoeBlock(id)) {

@@ -5,6 +5,8 @@
 // ids: layer 0 is the token+position embedding, layers 1..num_blocks are the
 // pre-LN decoder blocks, layer num_blocks+1 is the final LayerNorm + LM head
 // + cross-entropy. So a job with --layers=N has N+2 pipeline layers, and
+// under --pipeline_units=halves, where block k is two layers (2k-1 its
+// attention half, 2k its MLP half; decoder_half.h), 2N+2 layers; and
 // `boundaries` (core::Boundaries convention: stage s holds [b[s], b[s+1]))
 // partitions those N+2 layers over `pp` stages. The embedding always lives
 // on stage 0 and the head on the last stage, and both count in the balance.
@@ -37,8 +39,12 @@ struct ModelConfig {
   // The dynamic-model schemes (--dynamism) and their parameters: they shape
   // what the layers compute, so they are part of the model.
   DynamismConfig dynamism;
-  // Pipeline layers: embedding + blocks + head.
-  int num_pipeline_layers() const { return num_blocks + 2; }
+  // What a pipeline layer between the embedding and the head is: a whole
+  // decoder block ("blocks") or half of one ("halves": attention / MLP).
+  std::string pipeline_units = "blocks";
+  bool halves() const { return pipeline_units == "halves"; }
+  // Pipeline layers: embedding + blocks (or their halves) + head.
+  int num_pipeline_layers() const { return (halves() ? 2 * num_blocks : num_blocks) + 2; }
 };
 
 struct TrainerConfig {
@@ -75,6 +81,14 @@ struct TrainerConfig {
   int test_migrate_every = 0;
   std::vector<core::Boundaries> test_migration_targets;
   std::vector<std::vector<int>> test_migration_stages;  // empty or one per target
+  // A test policy re-shaping the grid once (--test_reshape_at=ITER:PPxDP[:b]):
+  // before iteration `test_reshape_at` (0: never) the job's ranks regroup
+  // into test_reshape_pp x test_reshape_dp with those boundaries (empty:
+  // uniform). Not combinable with test_migrate_every.
+  int64_t test_reshape_at = 0;
+  int test_reshape_pp = 0;
+  int test_reshape_dp = 0;
+  core::Boundaries test_reshape_boundaries;
   // The DynMo coordinator (agent/agent.h): "none" or empty (no agent),
   // "embedded" (rank 0 serves one on loopback; every rank must be on this
   // host) or HOST:PORT. Plans it commits are applied at their apply

@@ -19,11 +19,16 @@
 #include "trainer/config.h"
 #include "trainer/dist_env.h"
 #include "trainer/repack_layout.h"
+#include "trainer/reshape_layout.h"
 #include "trainer/trace_log.h"
 #include "trainer/trainer.h"
 #include "trainer/training_log.h"
 
 ABSL_FLAG(int, layers, 4, "decoder blocks (pipeline layers = blocks + embedding + head)");
+ABSL_FLAG(std::string, pipeline_units, "blocks",
+          "what a pipeline layer between embedding and head is: blocks (a decoder block) "
+          "or halves (a block's attention half and MLP half are two layers, so a stage "
+          "may hold 1.5 blocks; --dynamism=none only)");
 ABSL_FLAG(int, hidden, 64, "hidden size");
 ABSL_FLAG(int, heads, 4, "attention heads (must divide --hidden)");
 ABSL_FLAG(int, seq_len, 32, "tokens per sample");
@@ -49,6 +54,10 @@ ABSL_FLAG(std::string, test_migration_boundaries, "",
           "test policy: ';'-separated partitions b0,...,bpp to cycle through; an "
           "entry 's0,s1,...@b0,...,bk' keeps only those original stages active "
           "(re-packing: the other stages' ranks are released)");
+ABSL_FLAG(std::string, test_reshape_at, "",
+          "test policy: ITER:PPxDP[:b0,b1,...] re-shapes the job's ranks into a PP x DP "
+          "grid before iteration ITER (boundaries over PP stages; default uniform); the "
+          "global batch stays, each replica running dp*microbatches/DP micro-batches");
 ABSL_FLAG(std::string, coordinator, "",
           "embedded (rank 0 serves one on loopback), HOST:PORT or none "
           "(default: $DYNMO_COORDINATOR if set, else none)");
@@ -165,6 +174,7 @@ using dynmo::trainer::TrainerConfig;
 absl::StatusOr<TrainerConfig> ConfigFromFlags() {
   TrainerConfig c;
   c.model.num_blocks = absl::GetFlag(FLAGS_layers);
+  c.model.pipeline_units = absl::GetFlag(FLAGS_pipeline_units);
   c.model.hidden = absl::GetFlag(FLAGS_hidden);
   c.model.heads = absl::GetFlag(FLAGS_heads);
   c.model.seq_len = absl::GetFlag(FLAGS_seq_len);
@@ -279,6 +289,14 @@ absl::StatusOr<TrainerConfig> ConfigFromFlags() {
     }
     if (!names_stages) c.test_migration_stages.clear();
   }
+  if (std::string at = absl::GetFlag(FLAGS_test_reshape_at); !at.empty()) {
+    absl::StatusOr<dynmo::trainer::ReshapeAt> parsed = dynmo::trainer::ParseReshapeAt(at);
+    if (!parsed.ok()) return parsed.status();
+    c.test_reshape_at = parsed->iteration;
+    c.test_reshape_pp = parsed->target.pp;
+    c.test_reshape_dp = parsed->target.dp;
+    c.test_reshape_boundaries = parsed->target.boundaries;
+  }
   c.repack = absl::GetFlag(FLAGS_repack);
   c.repack_tolerance = absl::GetFlag(FLAGS_repack_tolerance);
   c.coordinator_connect_timeout_s = absl::GetFlag(FLAGS_coordinator_connect_timeout_s);
@@ -357,7 +375,7 @@ int main(int argc, char** argv) {
           trace.emplace(std::move(*w));
         }
         if (trace) {
-          if (absl::Status s = trace->Write(r, config->microbatches); !s.ok()) return s;
+          if (absl::Status s = trace->Write(r, r.microbatches); !s.ok()) return s;
         }
         window.push_back(r);
         tokens_per_s_sum += r.tokens_per_s;

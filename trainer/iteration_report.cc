@@ -122,6 +122,7 @@ IterationRecord IterationReporter::Record(int64_t iter, double seconds,
       StageTimes(record.boundaries, record.layer_forward_s, record.layer_backward_s);
   record.epoch = epoch;
   record.active_ranks = active_ranks;
+  record.microbatches = config_.microbatches;
   for (int st = 0; st < active_pp_; ++st) {
     record.stage_memory_bytes.push_back(static_cast<int64_t>(values[at.memory(st)]));
   }

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "trainer/decoder_block.h"
+#include "trainer/decoder_half.h"
 #include "trainer/dynamism/early_exit.h"
 #include "trainer/dynamism/mixture_of_depths.h"
 #include "trainer/dynamism/moe.h"
@@ -11,10 +12,19 @@
 namespace dynmo::trainer {
 
 std::shared_ptr<PipelineLayer> MakeLayer(const ModelConfig& model, int id, uint64_t seed) {
-  // Distinct, partition-independent stream per layer.
-  torch::manual_seed(seed * 1000003ULL + static_cast<uint64_t>(id));
+  const int last = model.num_pipeline_layers() - 1;
+  // Distinct, partition-independent stream per layer; under halves both
+  // halves of block k draw block k's, and the head the head's of blocks.
+  const int stream = !model.halves() || id == 0 ? id
+                     : id == last               ? model.num_blocks + 1
+                                                : (id + 1) / 2;
+  torch::manual_seed(seed * 1000003ULL + static_cast<uint64_t>(stream));
   if (id == 0) return MakeEmbeddingLayer(model, id);
-  if (id == model.num_pipeline_layers() - 1) return MakeHeadLayer(model, id);
+  if (id == last) return MakeHeadLayer(model, id);
+  if (model.halves()) {
+    return std::make_shared<DecoderHalf>(
+        id, model, id % 2 == 1 ? DecoderHalf::Part::kAttention : DecoderHalf::Part::kMlp);
+  }
   return MakeDecoderBlock(model, id);
 }
 

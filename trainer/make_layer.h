@@ -1,7 +1,9 @@
 // MakeLayer: pipeline layer `id` of a model — the embedding, a decoder block
 // with the parts its dynamic-model scheme asks for (sparse attention, MoE,
-// Mixture of Depths, an early-exit head), or the LM head — initialised from
-// (seed, id) alone, so a layer is the same whichever stage builds it. The one
+// Mixture of Depths, an early-exit head), half of a dense block
+// (--pipeline_units=halves, decoder_half.h), or the LM head — initialised
+// from (seed, id) alone, so a layer is the same whichever stage builds it
+// (halves draw their block's stream, so both cuts start alike). The one
 // place that knows every kind of layer, so that the layers themselves do not
 // depend on each other. Reseeds the global CPU generator (torch::manual_seed)
 // as a side effect; not thread-safe.

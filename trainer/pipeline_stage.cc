@@ -418,6 +418,19 @@ void PipelineStage::Rebind(int stage, int num_stages, Transport* transport) {
   next_rank_ = is_last() ? -1 : RankAt(stage + 1, dp_rank_, config_.dp);
 }
 
+void PipelineStage::Regroup(int stage, int num_stages, int dp, int dp_rank,
+                            int microbatches, std::vector<OwnedLayer> layers,
+                            Transport* transport) {
+  // The stage reads its grid from config_ (ranks of neighbours, the data
+  // layout, the gradient mean, the schedule's length): keep it current.
+  config_.dp = dp;
+  config_.microbatches = microbatches;
+  dp_rank_ = dp_rank;
+  layers_ = std::move(layers);
+  first_layer_ = layers_.empty() ? 0 : layers_.front().layer->id();
+  Rebind(stage, num_stages, transport);
+}
+
 absl::Status PipelineStage::ApplyMigration(const core::MigrationPlan& plan,
                                            const core::Boundaries& to) {
   std::map<int, OwnedLayer> held;

@@ -93,6 +93,13 @@ class PipelineStage : public StageOps {
   // this stage is stage `stage` of them. The layers stay as they are.
   void Rebind(int stage, int num_stages, Transport* transport);
 
+  // Elastic re-shaping: this rank is now replica `dp_rank` of stage `stage`
+  // of a `num_stages` x `dp` grid over `transport`, holds `layers` (their
+  // ids consecutive, as a re-shape step delivers them) and runs
+  // `microbatches` micro-batches per iteration.
+  void Regroup(int stage, int num_stages, int dp, int dp_rank, int microbatches,
+               std::vector<OwnedLayer> layers, Transport* transport);
+
   int first_layer() const { return first_layer_; }
   // This rank's layers, ids first_layer() + i (checkpoints, memory).
   std::vector<OwnedLayer>& layers() { return layers_; }

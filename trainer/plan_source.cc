@@ -25,6 +25,18 @@ class TestPolicySource : public PlanSource {
 
   absl::StatusOr<std::optional<LayoutChange>> Due(int64_t iter, const StageLayout& layout,
                                                   Transport&) override {
+    if (config_.test_reshape_at > 0 && iter == config_.test_reshape_at) {
+      absl::StatusOr<ReshapeStep> step = PlanReshapeStep(
+          layout, config_.dp, config_.microbatches,
+          ReshapeTarget{config_.test_reshape_pp, config_.test_reshape_dp,
+                        config_.test_reshape_boundaries},
+          num_layers_);
+      if (!step.ok()) return step.status();
+      LayoutChange change;
+      change.reshape = *std::move(step);
+      change.by = "the test policy";
+      return change;
+    }
     const int64_t every = config_.test_migrate_every;
     if (every <= 0 || iter == 0 || iter % every != 0) return std::nullopt;
     const int64_t index = iter / every - 1;
@@ -43,7 +55,7 @@ class TestPolicySource : public PlanSource {
     absl::StatusOr<core::MigrationPlan> moves =
         core::PlanMigration(*layer_costs_, step->owner_before, step->owner_after);
     if (!moves.ok()) return moves.status();
-    return LayoutChange{*std::move(step), *std::move(moves), std::nullopt,
+    return LayoutChange{*std::move(step), *std::move(moves), std::nullopt, std::nullopt,
                         "the test policy"};
   }
 
@@ -61,9 +73,9 @@ class TestPolicySource : public PlanSource {
 // whose moves do not carry its layout, is acknowledged as failed and skipped.
 class AgentPlanSource : public PlanSource {
  public:
-  AgentPlanSource(agent::Agent* agent, int num_layers, int dp,
+  AgentPlanSource(agent::Agent* agent, int num_layers, const TrainerConfig& config,
                   const std::vector<core::LayerCost>* layer_costs)
-      : agent_(agent), num_layers_(num_layers), dp_(dp), layer_costs_(layer_costs) {}
+      : agent_(agent), num_layers_(num_layers), config_(config), layer_costs_(layer_costs) {}
 
   absl::StatusOr<std::optional<LayoutChange>> Due(int64_t iter, const StageLayout& layout,
                                                   Transport& transport) override {
@@ -93,17 +105,29 @@ class AgentPlanSource : public PlanSource {
                                due->epoch()));
     }
     // Deterministic checks on a plan every rank holds: all decide alike.
+    if (due->has_reshape()) {
+      absl::StatusOr<ReshapeStep> step = ReshapeForPlan(*due, layout, config_.dp,
+                                                        config_.microbatches, num_layers_);
+      if (!step.ok()) return fail(std::string(step.status().message()));
+      plan_ = *std::move(due);
+      LayoutChange change;
+      change.reshape = *std::move(step);
+      change.epoch = plan_.epoch();
+      change.by = absl::StrCat("plan epoch ", plan_.epoch());
+      return change;
+    }
     absl::StatusOr<PlanExecution> execution =
-        ExecutionForPlan(*due, layout, num_layers_, dp_, *layer_costs_);
+        ExecutionForPlan(*due, layout, num_layers_, config_.dp, *layer_costs_);
     if (!execution.ok()) return fail(std::string(execution.status().message()));
     plan_ = *std::move(due);
     return LayoutChange{std::move(execution->step), std::move(execution->moves),
-                        plan_.epoch(), absl::StrCat("plan epoch ", plan_.epoch())};
+                        std::nullopt, plan_.epoch(),
+                        absl::StrCat("plan epoch ", plan_.epoch())};
   }
 
   void Applied(int64_t iter, const LayoutChange& change, bool announce) override {
     const RepackStep& step = change.step;
-    if (announce) {
+    if (announce && !change.reshape) {
       std::cout << "dynmo-train: iteration " << iter << ": applied plan epoch "
                 << plan_.epoch() << " (" << plan_.reason() << "), boundaries "
                 << absl::StrJoin(step.from.boundaries, ",") << " -> "
@@ -125,7 +149,7 @@ class AgentPlanSource : public PlanSource {
  private:
   agent::Agent* agent_;
   int num_layers_;
-  int dp_;
+  const TrainerConfig& config_;
   const std::vector<core::LayerCost>* layer_costs_;
   dynmo::v1::Plan plan_;  // the plan of the change last handed out
 };
@@ -139,9 +163,9 @@ std::unique_ptr<PlanSource> MakeTestPolicySource(
 }
 
 std::unique_ptr<PlanSource> MakeAgentPlanSource(
-    agent::Agent* agent, int num_layers, int dp,
+    agent::Agent* agent, int num_layers, const TrainerConfig& config,
     const std::vector<core::LayerCost>* layer_costs) {
-  return std::make_unique<AgentPlanSource>(agent, num_layers, dp, layer_costs);
+  return std::make_unique<AgentPlanSource>(agent, num_layers, config, layer_costs);
 }
 
 }  // namespace dynmo::trainer

@@ -4,7 +4,8 @@
 // migrate (and re-pack) as it says, tell the source how it went, train.
 //
 //   TestPolicySource   --test_migrate_every: a fixed list of targets walked
-//                      every N iterations (tests, demos; no coordinator);
+//                      every N iterations, or --test_reshape_at: one
+//                      re-shape of the grid (tests, demos; no coordinator);
 //   AgentPlanSource    the coordinator's committed plan due now, agreed
 //                      in-band by every rank (all hold its epoch or none
 //                      switches), executed as sent (plan_step.h) and
@@ -29,14 +30,18 @@
 #include "coordinator/core/migration.h"
 #include "trainer/config.h"
 #include "trainer/repack_layout.h"
+#include "trainer/reshape_layout.h"
 #include "trainer/transport.h"
 
 namespace dynmo::trainer {
 
-// One layout change to carry out at an iteration boundary.
+// One layout change to carry out at an iteration boundary: a re-shape of
+// the grid when `reshape` is set (then `step` and `moves` are unused), else
+// a migration that may re-pack.
 struct LayoutChange {
   RepackStep step;
   core::MigrationPlan moves;       // over the current active indices, in order
+  std::optional<ReshapeStep> reshape;
   std::optional<uint64_t> epoch;   // the coordinator's; none: one more locally
   std::string by;                  // "the test policy", "plan epoch 3"
 };
@@ -55,11 +60,14 @@ class PlanSource {
 };
 
 // `layer_costs`: bytes per layer for the moves the source derives itself.
+// `config` is the job's running configuration: the sources read its dp and
+// micro-batches per replica at each Due (a re-shape changes both), so it
+// must outlive them.
 std::unique_ptr<PlanSource> MakeTestPolicySource(
     const TrainerConfig& config, int num_layers,
     const std::vector<core::LayerCost>* layer_costs);
 std::unique_ptr<PlanSource> MakeAgentPlanSource(
-    agent::Agent* agent, int num_layers, int dp,
+    agent::Agent* agent, int num_layers, const TrainerConfig& config,
     const std::vector<core::LayerCost>* layer_costs);
 
 }  // namespace dynmo::trainer

@@ -140,4 +140,44 @@ absl::StatusOr<PlanExecution> ExecutionForPlan(
   return PlanExecution{*std::move(step), *std::move(moves)};
 }
 
+absl::StatusOr<ReshapeStep> ReshapeForPlan(const dynmo::v1::Plan& plan,
+                                           const StageLayout& current, int dp,
+                                           int microbatches, int num_layers) {
+  const dynmo::v1::Reshape& r = plan.reshape();
+  const std::string what = absl::StrCat("re-shaping plan (pp ", r.pipeline_size(),
+                                        " x dp ", r.data_parallel_size(), ")");
+  if (!plan.migrations().empty() || !plan.split().empty() ||
+      !plan.released_stages().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " carries ", plan.migrations_size(), " migrations, ", plan.split_size(),
+        " split entries and ", plan.released_stages_size(),
+        " released stages; a re-shape has none"));
+  }
+  if (!plan.active_stages().empty()) {
+    bool renumbered = plan.active_stages_size() == r.pipeline_size();
+    for (int i = 0; renumbered && i < plan.active_stages_size(); ++i) {
+      renumbered = plan.active_stages(i) == i;
+    }
+    if (!renumbered) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": active stages ", absl::StrJoin(plan.active_stages(), ","),
+          " must be 0..", r.pipeline_size() - 1));
+    }
+  }
+  ReshapeTarget target;
+  target.pp = r.pipeline_size();
+  target.dp = r.data_parallel_size();
+  target.boundaries.assign(plan.boundaries().begin(), plan.boundaries().end());
+  if (target.boundaries.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " has no boundaries"));
+  }
+  absl::StatusOr<ReshapeStep> step =
+      PlanReshapeStep(current, dp, microbatches, target, num_layers);
+  if (!step.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": ", step.status().message()));
+  }
+  return step;
+}
+
 }  // namespace dynmo::trainer

@@ -1,4 +1,5 @@
-// A coordinator Plan read as what every rank executes: the layout step (new
+// A coordinator Plan read as what every rank executes: either a re-shape of
+// the pp x dp grid (ReshapeForPlan, below), or the layout step (new
 // active stages and boundaries from the current layout, repack_layout.h)
 // and the layer moves exactly as the coordinator sent them — Plan.migrations
 // in their rounds, renamed from original stage ids to the current active
@@ -22,6 +23,7 @@
 #include "coordinator/core/repack.h"
 #include "dynmo/v1/plan.pb.h"
 #include "trainer/repack_layout.h"
+#include "trainer/reshape_layout.h"
 
 namespace dynmo::trainer {
 
@@ -41,6 +43,17 @@ struct PlanExecution {
 absl::StatusOr<PlanExecution> ExecutionForPlan(
     const dynmo::v1::Plan& plan, const StageLayout& current, int num_layers, int dp,
     absl::Span<const core::LayerCost> layer_costs);
+
+// A re-shaping plan (`reshape` set, plan.proto's Reshape) as the step every
+// rank executes: pp' x dp' from the running layout (dp replicas, each
+// running `microbatches` micro-batches). Refused unless it keeps the
+// contract: pp' * dp' = the running ranks, active_stages = 0..pp'-1 (or
+// empty), boundaries over pp', no released stage, no migration list and no
+// split (the copies follow from the grid alone), dp' dividing the global
+// micro-batches.
+absl::StatusOr<ReshapeStep> ReshapeForPlan(const dynmo::v1::Plan& plan,
+                                           const StageLayout& current, int dp,
+                                           int microbatches, int num_layers);
 
 }  // namespace dynmo::trainer
 

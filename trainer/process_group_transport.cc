@@ -133,11 +133,28 @@ class ProcessGroupTransport : public Transport {
       return absl::InvalidArgumentError(absl::StrCat(
           "shrink: ", new_rank.size(), " new ranks for a world of ", world_size_));
     }
+    return NextGeneration(new_rank, dp_);
+  }
+
+  absl::StatusOr<std::unique_ptr<Transport>> Reshape(int dp) override {
+    std::vector<int> same(static_cast<size_t>(world_size_));
+    for (int r = 0; r < world_size_; ++r) same[static_cast<size_t>(r)] = r;
+    return NextGeneration(same, dp);
+  }
+
+ private:
+  static constexpr int kTag = 0;
+
+  // The groups of the next generation over the ranks `new_rank` keeps
+  // (renumbered; -1 leaves), `dp` replicas per stage: Shrink keeps dp,
+  // Reshape keeps every rank.
+  absl::StatusOr<std::unique_ptr<Transport>> NextGeneration(
+      absl::Span<const int> new_rank, int dp) {
     const int new_size = static_cast<int>(
         std::count_if(new_rank.begin(), new_rank.end(), [](int r) { return r >= 0; }));
-    if (new_size == 0 || new_size % dp_ != 0) {
+    if (new_size == 0 || dp < 1 || new_size % dp != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "shrink: ", new_size, " survivors is not a positive multiple of dp=", dp_));
+          "regrouping: ", new_size, " ranks is not a positive multiple of dp=", dp));
     }
     const int me = new_rank[rank_];
     const int generation = generation_ + 1;
@@ -180,12 +197,12 @@ class ProcessGroupTransport : public Transport {
       }
       if (me >= 0) {
         absl::StatusOr<std::unique_ptr<Transport>> t = ConnectProcessGroups(
-            backend_, store, server, me, new_size, dp_, generation);
+            backend_, store, server, me, new_size, dp, generation);
         if (!t.ok()) return t.status();
         next = *std::move(t);
       }
     } catch (const std::exception& e) {
-      return FromException(absl::StrCat("rank ", rank_, " shrinking to ", new_size,
+      return FromException(absl::StrCat("rank ", rank_, " regrouping ", new_size,
                                         " ranks"),
                            e);
     }
@@ -193,9 +210,6 @@ class ProcessGroupTransport : public Transport {
     if (absl::Status s = Barrier(); !s.ok()) return s;
     return next;
   }
-
- private:
-  static constexpr int kTag = 0;
 
   at::Tensor OnDevice(const at::Tensor& t) const {
     return t.device() == backend_->device ? t : t.to(backend_->device);

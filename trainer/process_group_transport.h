@@ -13,6 +13,9 @@
 // and publishes "host:port" through the old store first. Every rank of the
 // old world, leaving ones included, waits in one old-world barrier after
 // the survivors connected, so the old store outlives its last use.
+// Reshape (re-shaping pp x dp into pp' x dp') is the same step with every
+// rank kept and dp' replicas per stage: a new generation of the world and
+// data-parallel groups, under the same store.
 // Internal to trainer/ (includes LibTorch).
 #ifndef DYNMO_TRAINER_PROCESS_GROUP_TRANSPORT_H_
 #define DYNMO_TRAINER_PROCESS_GROUP_TRANSPORT_H_

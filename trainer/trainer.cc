@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "agent/agent.h"
@@ -20,6 +21,7 @@
 #include "trainer/pipeline_stage.h"
 #include "trainer/plan_source.h"
 #include "trainer/repack.h"
+#include "trainer/reshape.h"
 #include "trainer/device.h"
 #include "trainer/local_coordinator.h"
 #include "trainer/open_token_corpus.h"
@@ -135,7 +137,7 @@ absl::Status StartAgent(const TrainerConfig& config, const DistEnv& env,
   ac.model_fingerprint = absl::StrCat(
       "gpt:blocks=", config.model.num_blocks, ",hidden=", config.model.hidden,
       ",heads=", config.model.heads, ",seq=", config.model.seq_len,
-      ",vocab=", config.model.vocab);
+      ",vocab=", config.model.vocab, config.model.halves() ? ",units=halves" : "");
   ac.microbatches = config.microbatches;
   ac.schedule = "1f1b";
   absl::StatusOr<std::unique_ptr<agent::Agent>> a = agent::Agent::Start(ac);
@@ -218,6 +220,36 @@ absl::Status MaybeSaveCheckpoint(const TrainerConfig& config, int64_t iter,
   return absl::OkStatus();
 }
 
+// Re-shapes the job before iteration `iter` (reshape.h) and keeps the
+// running configuration in step: the grid (pp, dp), micro-batches per
+// replica and this rank's position, which the plan sources, the reporter
+// and checkpoints read. Rank 0 says what happened.
+absl::Status Reshape(const ReshapeStep& step, int64_t iter, const std::string& by,
+                     PipelineStage& stage, std::unique_ptr<Transport>* transport,
+                     TrainerConfig* config, RankPosition* pos) {
+  absl::StatusOr<ReshapeResult> done = ApplyReshapeStep(step, *config, stage, transport);
+  if (!done.ok()) return done.status();
+  config->pp = step.to_pp();
+  config->dp = step.to_dp;
+  config->microbatches = step.to_microbatches;
+  const size_t me = static_cast<size_t>((*transport)->rank());
+  *pos = RankPosition{step.stage_after[me], step.replica_after[me]};
+  if ((*transport)->rank() == 0) {
+    std::vector<std::string> crc;
+    for (uint32_t c : done->stage_checksums) crc.push_back(absl::StrFormat("%08x", c));
+    std::cout << "dynmo-train: iteration " << iter << ": re-shaped pp "
+              << step.from.active_stages.size() << " x dp " << step.from_dp << " -> pp "
+              << step.to_pp() << " x dp " << step.to_dp << " by " << by << " (boundaries "
+              << absl::StrJoin(step.from.boundaries, ",") << " -> "
+              << absl::StrJoin(step.to.boundaries, ",") << ", " << step.copies.size()
+              << " layer copies in " << step.rounds << " rounds, "
+              << step.to_microbatches << " micro-batches per replica); replicas "
+              << "identical, state CRC-32 per stage: " << absl::StrJoin(crc, " ")
+              << std::endl;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status RunTraining(const TrainerConfig& requested, const DistEnv& env,
@@ -273,7 +305,8 @@ absl::Status RunTraining(const TrainerConfig& requested, const DistEnv& env,
                                : ConnectGlooTransport(env, transport_options);
   if (!transport.ok()) return transport.status();
 
-  const RankPosition pos = PositionOfRank(env.rank, config.dp);
+  // This rank's place in the grid; a re-shape moves it.
+  RankPosition pos = PositionOfRank(env.rank, config.dp);
   PipelineStage stage(config, *boundaries, pos.stage, pos.dp_rank,
                       transport->get(), corpus->get());
   if (resume) {
@@ -317,7 +350,7 @@ absl::Status RunTraining(const TrainerConfig& requested, const DistEnv& env,
   sources.push_back(MakeTestPolicySource(config, num_layers, &layer_costs));
   if (link.agent != nullptr) {
     sources.push_back(
-        MakeAgentPlanSource(link.agent.get(), num_layers, config.dp, &layer_costs));
+        MakeAgentPlanSource(link.agent.get(), num_layers, config, &layer_costs));
   }
   IterationReporter reporter(config, *device, memory_capacity);
   int64_t epoch = 0;
@@ -332,6 +365,19 @@ absl::Status RunTraining(const TrainerConfig& requested, const DistEnv& env,
       if (!due->has_value()) continue;
       const LayoutChange& change = **due;
       const bool was_rank0 = (*transport)->rank() == 0;
+      if (change.reshape) {
+        if (absl::Status s = Reshape(*change.reshape, iter, change.by, stage, &*transport,
+                                     &config, &pos);
+            !s.ok()) {
+          source->Failed(change, s);
+          return s;
+        }
+        source->Applied(iter, change, was_rank0);
+        layout = change.reshape->to;
+        *boundaries = layout.boundaries;
+        epoch = change.epoch ? static_cast<int64_t>(*change.epoch) : epoch + 1;
+        continue;
+      }
       if (absl::Status s = ApplyLayoutStep(change.step, change.moves, stage, &*transport);
           !s.ok()) {
         source->Failed(change, s);

@@ -53,6 +53,7 @@ std::string IterationJson(const IterationRecord& r) {
   j["boundaries"] = r.boundaries;
   j["epoch"] = r.epoch;
   j["active_ranks"] = r.active_ranks;
+  j["microbatches"] = r.microbatches;
   j["iteration_s"] = r.iteration_s;
   j["layer_forward_s"] = r.layer_forward_s;
   j["layer_backward_s"] = r.layer_backward_s;

@@ -37,6 +37,7 @@ struct IterationRecord {
   core::Boundaries boundaries;
   int64_t epoch = 0;  // plan epoch the iteration ran under
   int active_ranks = 0;  // ranks running the job (pp x dp after re-packing)
+  int microbatches = 0;  // per dp replica (a re-shape changes it)
   // Memory (stage_memory.h), mean over dp replicas: per pipeline layer its
   // resident bytes (parameters, buffers, gradients, AdamW state), per stage
   // the memory used by one of its ranks (those layers + peak stashed
@@ -59,7 +60,7 @@ std::vector<double> StageTimes(absl::Span<const int> b,
 std::string FormatProgressLine(absl::Span<const IterationRecord> window);
 
 // One line of JSON: iter, loss, tokens_per_s, stage_times (seconds),
-// boundaries, epoch, active_ranks, plus iteration_s and per-layer times.
+// boundaries, epoch, active_ranks, microbatches, plus iteration_s and per-layer times.
 std::string IterationJson(const IterationRecord& record);
 
 // Appends IterationJson lines to a file, flushing each.

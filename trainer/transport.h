@@ -67,6 +67,12 @@ class Transport {
   // nullptr. This transport must not be used afterwards.
   virtual absl::StatusOr<std::unique_ptr<Transport>> Shrink(
       absl::Span<const int> new_rank) = 0;
+  // Elastic re-shaping. A collective over every rank of this transport:
+  // the same ranks, regrouped as a (world / dp) x dp grid (config.h's
+  // layout: dp replicas adjacent). Builds a new generation of groups (the
+  // world and the new data-parallel groups) and waits until all of them
+  // connected; this transport must not be used afterwards.
+  virtual absl::StatusOr<std::unique_ptr<Transport>> Reshape(int dp) = 0;
 };
 
 struct TransportOptions {

@@ -87,6 +87,32 @@ TEST(ConfigTest, LayerParameterCountsFollowTheGptShapes) {
   EXPECT_EQ(LayerParameterCount(m, 5), 64 * 256 + 2 * 64);
 }
 
+TEST(ConfigTest, HalvesSplitEachBlockIntoTwoLayersAndItsParameters) {
+  ModelConfig m;
+  m.num_blocks = 4;
+  m.hidden = 64;
+  m.vocab = 256;
+  ModelConfig halves = m;
+  halves.pipeline_units = "halves";
+  EXPECT_EQ(halves.num_pipeline_layers(), 10);
+  for (int block = 1; block <= 4; ++block) {
+    EXPECT_EQ(LayerParameterCount(halves, 2 * block - 1) + LayerParameterCount(halves, 2 * block),
+              LayerParameterCount(m, block));
+  }
+  EXPECT_EQ(LayerParameterCount(halves, 9), LayerParameterCount(m, 5));  // the head
+}
+
+TEST(ConfigTest, HalvesRefuseUnknownUnitsAndDynamicSchemes) {
+  TrainerConfig c = Tiny();
+  c.model.pipeline_units = "halves";
+  EXPECT_TRUE(ValidateConfig(c, 1).ok());
+  c.model.pipeline_units = "thirds";
+  EXPECT_THAT(ValidateConfig(c, 1).message(), HasSubstr("blocks or halves"));
+  c.model.pipeline_units = "halves";
+  c.model.dynamism.cases = {"pruning"};
+  EXPECT_THAT(ValidateConfig(c, 1).message(), HasSubstr("--dynamism=none only"));
+}
+
 TEST(ConfigTest, TestMigrationPolicyNeedsValidTargets) {
   TrainerConfig c = Tiny();
   c.pp = 2;

@@ -21,23 +21,13 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-std::vector<std::string> TinyModel(std::vector<std::string> extra = {}) {
-  std::vector<std::string> flags = {"--layers=4", "--hidden=32", "--heads=4",
-                                    "--seq_len=16", "--micro_batch=2",
-                                    "--microbatches=4", "--steps=7", "--lr=0.01",
-                                    "--seed=7", "--intra_op_threads=1", "--layer_clock=cpu",
-                                    "--timeout_s=60"};
-  flags.insert(flags.end(), extra.begin(), extra.end());
-  return flags;
-}
-
 bool Released(const std::string& log) { return log.find("released by") != std::string::npos; }
 
 TEST(DynmoTrainRepackTest, FourStagesRepackedToTwoReleaseTheOuterRanksBitIdentically) {
-  JobResult one = RunJob(1, TinyModel());
+  JobResult one = RunJob(1, ElasticTinyModel());
   // Iteration 3 keeps stages 1 and 2: ranks 0 and 3 leave, and rank 0 served
   // the job's store, so the survivors rendezvous on a fresh one.
-  JobResult four = RunJob(4, TinyModel({"--pp=4", "--test_migrate_every=3",
+  JobResult four = RunJob(4, ElasticTinyModel({"--pp=4", "--test_migrate_every=3",
                                         "--test_migration_boundaries=1,2@0,3,6"}));
   ASSERT_TRUE(one.ok()) << one.AllLogs();
   ASSERT_TRUE(four.ok()) << four.AllLogs();  // released ranks exit 0 too
@@ -61,10 +51,10 @@ TEST(DynmoTrainRepackTest, FourStagesRepackedToTwoReleaseTheOuterRanksBitIdentic
 }
 
 TEST(DynmoTrainRepackTest, TwoRepacksInARowShrinkFourStagesToOneBitIdentically) {
-  JobResult one = RunJob(1, TinyModel());
+  JobResult one = RunJob(1, ElasticTinyModel());
   // First the last two stages leave (the store's server, rank 0, stays),
   // then stage 0 itself, while layers keep moving with their AdamW state.
-  JobResult four = RunJob(4, TinyModel({"--pp=4", "--test_migrate_every=2",
+  JobResult four = RunJob(4, ElasticTinyModel({"--pp=4", "--test_migrate_every=2",
                                         "--test_migration_boundaries=0,1@0,2,6;1@0,6"}));
   ASSERT_TRUE(one.ok()) << one.AllLogs();
   ASSERT_TRUE(four.ok()) << four.AllLogs();
@@ -85,8 +75,8 @@ TEST(DynmoTrainRepackTest, DataParallelRepackReleasesEveryReplicaOfTheStage) {
   std::vector<std::string> repacking = shape;
   repacking.push_back("--test_migrate_every=2");
   repacking.push_back("--test_migration_boundaries=1@0,6");
-  JobResult still = RunJob(4, TinyModel(shape));
-  JobResult packed = RunJob(4, TinyModel(repacking));
+  JobResult still = RunJob(4, ElasticTinyModel(shape));
+  JobResult packed = RunJob(4, ElasticTinyModel(repacking));
   ASSERT_TRUE(still.ok()) << still.AllLogs();
   ASSERT_TRUE(packed.ok()) << packed.AllLogs();
   ASSERT_EQ(still.losses.size(), 5u);
@@ -103,9 +93,9 @@ TEST(DynmoTrainRepackTest, EmbeddedCoordinatorRepackPlanReleasesARankAndTraining
   // Tolerance 10 lets the coordinator's RepackOptimal pack two stages onto
   // one (one stage's bottleneck is at most twice the two-stage optimum).
   const std::vector<std::string> flags = {"--steps=30"};
-  JobResult one = RunJob(1, TinyModel(flags));
+  JobResult one = RunJob(1, ElasticTinyModel(flags));
   JobResult two = RunJob(
-      2, TinyModel({"--steps=30", "--pp=2", "--coordinator=embedded", "--job=repack",
+      2, ElasticTinyModel({"--steps=30", "--pp=2", "--coordinator=embedded", "--job=repack",
                     "--trigger=every:3", "--repack", "--repack_tolerance=10"}),
       std::chrono::seconds(120));
   ASSERT_TRUE(one.ok()) << one.AllLogs();

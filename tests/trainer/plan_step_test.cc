@@ -157,5 +157,59 @@ TEST(PlanStepTest, APlanWithoutAMigrationListGetsTheDerivedMoves) {
   ExpectSameMoves(p.decision, {0, 1, 2, 3}, e->moves);
 }
 
+// A re-shaping plan as the coordinator sends it (plan.proto's Reshape):
+// stages renumbered 0..pp'-1, boundaries over them, nothing released, no
+// moves and no split.
+dynmo::v1::Plan ReshapePlan(int pp, int dp, std::vector<int> boundaries) {
+  dynmo::v1::Plan plan;
+  plan.set_epoch(3);
+  plan.mutable_reshape()->set_pipeline_size(pp);
+  plan.mutable_reshape()->set_data_parallel_size(dp);
+  for (int b : boundaries) plan.add_boundaries(b);
+  for (int s = 0; s < pp; ++s) plan.add_active_stages(s);
+  return plan;
+}
+
+TEST(PlanStepTest, AReshapingPlanRegroupsARePackedJob) {
+  // Stages 1 and 2 of 4 run at dp 2 (stages 0 and 3 were released): four
+  // ranks become one stage of four replicas.
+  const StageLayout current{{1, 2}, {0, 4, 8}};
+  absl::StatusOr<ReshapeStep> step =
+      ReshapeForPlan(ReshapePlan(1, 4, {0, 8}), current, /*dp=*/2, /*microbatches=*/4, 8);
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_EQ(step->to_pp(), 1);
+  EXPECT_EQ(step->to_dp, 4);
+  EXPECT_EQ(step->to_microbatches, 2);
+  EXPECT_EQ(step->copies.size(), 16u);  // each rank gets the 4 layers it lacks
+}
+
+TEST(PlanStepTest, AReshapingPlanOutsideTheContractIsRefused) {
+  const StageLayout current = InitialLayout(4, {0, 2, 4, 6, 8});
+  auto refused = [&](const dynmo::v1::Plan& plan, const std::string& why) {
+    absl::StatusOr<ReshapeStep> step = ReshapeForPlan(plan, current, 1, 4, 8);
+    EXPECT_EQ(step.status().code(), absl::StatusCode::kInvalidArgument) << why;
+    return std::string(step.status().message());
+  };
+  EXPECT_TRUE(ReshapeForPlan(ReshapePlan(2, 2, {0, 4, 8}), current, 1, 4, 8).ok());
+  EXPECT_NE(refused(ReshapePlan(2, 1, {0, 4, 8}), "too few ranks").find("needs 2 ranks"),
+            std::string::npos);
+  EXPECT_NE(refused(ReshapePlan(2, 2, {0, 4, 6, 8}), "boundaries over 3").find("boundaries"),
+            std::string::npos);
+  dynmo::v1::Plan kept_ids = ReshapePlan(2, 2, {0, 4, 8});
+  kept_ids.set_active_stages(0, 1);
+  kept_ids.set_active_stages(1, 2);
+  EXPECT_NE(refused(kept_ids, "not renumbered").find("must be 0..1"), std::string::npos);
+  dynmo::v1::Plan releasing = ReshapePlan(2, 2, {0, 4, 8});
+  releasing.add_released_stages(3);
+  refused(releasing, "a re-shape releases nothing");
+  dynmo::v1::Plan moving = ReshapePlan(2, 2, {0, 4, 8});
+  moving.add_migrations()->set_layer(2);
+  refused(moving, "a re-shape carries no moves");
+  dynmo::v1::Plan uneven = ReshapePlan(1, 4, {0, 8});
+  EXPECT_NE(ReshapeForPlan(uneven, current, 1, 2, 8).status().message().find(
+                "does not split evenly"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace dynmo::trainer

@@ -165,6 +165,19 @@ JobResult RunJobOnce(int world, const std::vector<std::string>& flags,
   return result;
 }
 
+// The tiny model the elastic suites (re-packing, re-shaping) train: 7
+// iterations of a 4-block GPT, one intra-op thread, CPU layer clocks.
+[[maybe_unused]] std::vector<std::string> ElasticTinyModel(
+    std::vector<std::string> extra = {}) {
+  std::vector<std::string> flags = {"--layers=4", "--hidden=32", "--heads=4",
+                                    "--seq_len=16", "--micro_batch=2",
+                                    "--microbatches=4", "--steps=7", "--lr=0.01",
+                                    "--seed=7", "--intra_op_threads=1", "--layer_clock=cpu",
+                                    "--timeout_s=60"};
+  flags.insert(flags.end(), extra.begin(), extra.end());
+  return flags;
+}
+
 // RunJobOnce, retried when the rendezvous port was taken between FreePort
 // and the store binding it (parallel ctest runs).
 [[maybe_unused]] JobResult RunJob(int world, const std::vector<std::string>& flags,

@@ -45,7 +45,6 @@ torch::Tensor FlatParameters(const OwnedLayer& owned) {
 Freezing::Freezing(const TrainerConfig& config)
     : every_(config.model.dynamism.freezing.every),
       num_layers_(config.model.num_pipeline_layers()),
-      dp_(config.dp),
       schedule_(config.model.dynamism.freezing, config.model.num_pipeline_layers()) {}
 
 absl::Status Freezing::BeforeIteration(int64_t, StageView& stage) {
@@ -93,9 +92,11 @@ absl::Status Freezing::Check(int64_t iter, StageView& stage) {
   if (absl::Status s = stage.transport.AllReduceSumWorld(t); !s.ok()) return s;
   std::vector<double> change(num_layers_);
   std::vector<bool> known(num_layers_);
+  // The job's dp now (a re-shape may have changed it).
+  const int dp = stage.config.dp;
   for (int l = 0; l < num_layers_; ++l) {
-    known[l] = v[num_layers_ + l] == dp_;
-    change[l] = known[l] ? v[l] / dp_ : 0.0;
+    known[l] = v[num_layers_ + l] == dp;
+    change[l] = known[l] ? v[l] / dp : 0.0;
   }
   const int after = schedule_.Observe(change, known);
   if (after > before) {

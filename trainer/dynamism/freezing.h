@@ -84,7 +84,6 @@ class Freezing : public Dynamism {
 
   int every_;
   int num_layers_;
-  int dp_;
   FreezeSchedule schedule_;
   std::map<int, torch::Tensor> reference_;  // layer id -> flat parameters
   bool pending_ = false;  // P grew; the next iteration runs under it

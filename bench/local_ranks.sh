@@ -1,0 +1,23 @@
+# Sourced by the trainer benchmarks (trainer_bench.sh, reshape_bench.sh):
+# starting one dynmo-train job's ranks on loopback, as torchrun would.
+#   free_port                      a TCP port free on 127.0.0.1 now
+#   run_ranks BIN_DIR WORLD OUT_DIR FLAGS...
+#                                  WORLD ranks of BIN_DIR/dynmo-train with
+#                                  FLAGS (no coordinator unless FLAGS name
+#                                  one); rank r's output in OUT_DIR/rank<r>.out;
+#                                  returns when every rank exited.
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+run_ranks() {
+  local bin_dir=$1 world=$2 out=$3 port r
+  shift 3
+  port=$(free_port)
+  for r in $(seq 0 $((world - 1))); do
+    RANK=$r LOCAL_RANK=$r WORLD_SIZE=$world LOCAL_WORLD_SIZE=$world MASTER_ADDR=127.0.0.1 \
+      MASTER_PORT=$port DYNMO_COORDINATOR=none \
+      "$bin_dir/dynmo-train" "$@" > "$out/rank$r.out" 2>&1 &
+  done
+  wait
+}
