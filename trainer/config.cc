@@ -178,6 +178,10 @@ absl::Status ValidateConfig(const TrainerConfig& c, int world_size) {
   if (c.coordinator_connect_timeout_s < 1) {
     return absl::InvalidArgumentError("--coordinator_connect_timeout_s must be >= 1");
   }
+  if (!c.elastic.empty() && c.elastic != "release" && c.elastic != "reshape") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--elastic must be release or reshape, got '", c.elastic, "'"));
+  }
   if (!(c.repack_tolerance >= 0 && c.repack_tolerance <= 10)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--repack_tolerance must be in [0, 10], got ", c.repack_tolerance));

@@ -113,6 +113,10 @@ struct TrainerConfig {
   // (1 + tolerance) of the best on all stages.
   bool repack = false;
   double repack_tolerance = 0;
+  // What re-packing does with freed ranks (the policy's `elastic`):
+  // "release" or "reshape" (more replicas of a shorter pipeline, executed
+  // live, reshape.h); empty: the coordinator's default.
+  std::string elastic;
   // A HOST:PORT coordinator that no rank reached within this many seconds
   // of start-up is an error; once connected, training never waits on it.
   int coordinator_connect_timeout_s = 10;

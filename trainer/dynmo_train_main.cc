@@ -163,6 +163,10 @@ ABSL_FLAG(bool, repack, false,
           "job policy: let the coordinator re-pack onto fewer stages, releasing ranks");
 ABSL_FLAG(double, repack_tolerance, 0,
           "job policy: bottleneck loss in [0, 10] a re-pack may cost (with --repack)");
+ABSL_FLAG(std::string, elastic, "",
+          "job policy: what re-packing does with freed ranks: release (hand them "
+          "back) or reshape (run more data-parallel replicas of a shorter "
+          "pipeline, regrouped live); empty: the coordinator's default");
 ABSL_FLAG(int, coordinator_connect_timeout_s, 10,
           "a HOST:PORT coordinator not reached within this many seconds at start-up "
           "is an error");
@@ -299,6 +303,7 @@ absl::StatusOr<TrainerConfig> ConfigFromFlags() {
   }
   c.repack = absl::GetFlag(FLAGS_repack);
   c.repack_tolerance = absl::GetFlag(FLAGS_repack_tolerance);
+  c.elastic = absl::GetFlag(FLAGS_elastic);
   c.coordinator_connect_timeout_s = absl::GetFlag(FLAGS_coordinator_connect_timeout_s);
   return c;
 }

@@ -52,7 +52,8 @@ struct AgentLink {
 // an error; an unreachable coordinator only a warning (training goes on).
 absl::Status SetJobPolicy(const TrainerConfig& config, const std::string& address,
                           const agent::AgentConfig& ac, agent::Agent& agent) {
-  if (config.balancer.empty() && config.trigger.empty() && !config.repack) {
+  if (config.balancer.empty() && config.trigger.empty() && !config.repack &&
+      config.elastic.empty()) {
     return absl::OkStatus();
   }
   if (!agent.WaitConnected(absl::Seconds(10))) {
@@ -68,6 +69,7 @@ absl::Status SetJobPolicy(const TrainerConfig& config, const std::string& addres
   policy.trigger = config.trigger;
   policy.repack = config.repack;
   policy.repack_tolerance = config.repack_tolerance;
+  policy.elastic = config.elastic;
   const absl::Status s = client->SetPolicy(config.job, policy);
   if (s.code() == absl::StatusCode::kInvalidArgument) {
     return absl::InvalidArgumentError(absl::StrCat("--balancer/--trigger: ", s.message()));

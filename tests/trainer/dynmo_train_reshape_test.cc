@@ -137,5 +137,31 @@ TEST(DynmoTrainReshapeTest, ShapesThatDoNotFitAreRefusedOnEveryRank) {
   }
 }
 
+TEST(DynmoTrainReshapeTest, TheEmbeddedCoordinatorReshapesAFourStageJob) {
+  // Policy elastic = reshape: the coordinator's cost model finds a shorter
+  // pipeline with more replicas faster on the measured layers (the tiny
+  // model fits one rank), sends Plan.reshape, and every rank regroups live.
+  const std::vector<std::string> common = {"--steps=30"};
+  JobResult one = RunJob(1, ElasticTinyModel(common));
+  JobResult four = RunJob(
+      4, ElasticTinyModel({"--steps=30", "--pp=4", "--coordinator=embedded", "--job=reshape",
+                           "--trigger=every:3", "--repack", "--elastic=reshape"}),
+      std::chrono::seconds(180));
+  ASSERT_TRUE(one.ok()) << one.AllLogs();
+  ASSERT_TRUE(four.ok()) << four.AllLogs();
+  ASSERT_EQ(four.losses.size(), 30u) << four.AllLogs();
+  EXPECT_THAT(four.logs[0], HasSubstr("re-shaped pp 4 x dp 1 -> pp ")) << four.AllLogs();
+  // Shown so the grid the cost model chose stays visible.
+  const size_t at = four.logs[0].find("re-shaped");
+  if (at != std::string::npos) {
+    std::cout << four.logs[0].substr(at, four.logs[0].find('\n', at) - at) << std::endl;
+  }
+  const nlohmann::json& last = four.records.back();
+  EXPECT_GT(last["epoch"].get<int64_t>(), 0);
+  EXPECT_EQ(last["active_ranks"], 4);  // nothing released
+  EXPECT_LT(last["microbatches"].get<int>(), four.records.front()["microbatches"].get<int>());
+  ExpectClose(four.losses, one.losses, 0);
+}
+
 }  // namespace
 }  // namespace dynmo::trainer
