@@ -19,7 +19,9 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "coordinator/core/elastic_replay.h"
 #include "coordinator/core/partition.h"
 #include "coordinator/core/scenario.h"
@@ -55,35 +57,35 @@ Scale ScaleOf(Scenario s) {
   return {24, 30};
 }
 
+// One line on stderr, and the exit status to return.
+int Fail(int status, absl::string_view message) {
+  std::fprintf(stderr, "dynmo-bench-paper-scale: %s\n", std::string(message).c_str());
+  return status;
+}
+
 int Run() {
+  const std::string units = absl::GetFlag(FLAGS_units);
+  if (units != "blocks" && units != "halves") {
+    return Fail(2, absl::StrCat("--units must be blocks or halves, got '", units, "'"));
+  }
+  absl::StatusOr<RebalanceTrigger> trigger = ParseTrigger(absl::GetFlag(FLAGS_trigger));
+  if (!trigger.ok()) return Fail(2, absl::StrCat("--trigger: ", trigger.status().message()));
+  const double headroom = absl::GetFlag(FLAGS_device_headroom);
+  if (!(headroom >= 1)) return Fail(2, "--device_headroom must be >= 1");
   nlohmann::ordered_json out = nlohmann::ordered_json::array();
   for (const std::string& name : std::vector<std::string>(
        absl::StrSplit(absl::GetFlag(FLAGS_cases), ',', absl::SkipEmpty()))) {
     absl::StatusOr<Scenario> scenario = ParseScenario(name);
-    if (!scenario.ok()) {
-      std::fprintf(stderr, "dynmo-bench-paper-scale: %s\n",
-                   std::string(scenario.status().message()).c_str());
-      return 2;
-    }
+    if (!scenario.ok()) return Fail(2, scenario.status().message());
     ScenarioConfig sc;
     sc.scenario = *scenario;
     sc.layers = 48;
     sc.iterations = absl::GetFlag(FLAGS_iterations);
     sc.seed = absl::GetFlag(FLAGS_seed);
-    const std::string units = absl::GetFlag(FLAGS_units);
-    if (units != "blocks" && units != "halves") {
-      std::fprintf(stderr, "dynmo-bench-paper-scale: --units must be blocks or halves, got '%s'\n",
-                   units.c_str());
-      return 2;
-    }
     sc.split_blocks = units == "halves";
     const int trace_layers = sc.split_blocks ? 2 * sc.layers : sc.layers;
     absl::StatusOr<Trace> trace = GenerateScenario(sc);
-    if (!trace.ok()) {
-      std::fprintf(stderr, "dynmo-bench-paper-scale: %s\n",
-                   std::string(trace.status().message()).c_str());
-      return 1;
-    }
+    if (!trace.ok()) return Fail(1, trace.status().message());
     const Scale scale = ScaleOf(*scenario);
     ElasticReplayConfig c;
     c.pp = scale.pp;
@@ -97,12 +99,6 @@ int Run() {
     c.spec.data_parallel.copy_bandwidth_bytes_per_s = absl::GetFlag(FLAGS_migration_gbps) * 1e9;
     c.migration_bandwidth_bytes_per_s = absl::GetFlag(FLAGS_migration_gbps) * 1e9;
     c.resident_bytes_per_param = sc.bytes_per_param;
-    absl::StatusOr<RebalanceTrigger> trigger = ParseTrigger(absl::GetFlag(FLAGS_trigger));
-    if (!trigger.ok()) {
-      std::fprintf(stderr, "dynmo-bench-paper-scale: --trigger: %s\n",
-                   std::string(trigger.status().message()).c_str());
-      return 2;
-    }
     c.trigger = *trigger;
     if (c.trigger.kind != RebalanceTrigger::Kind::kEvery) c.smoothing_window = 10;
     c.repack_tolerance = absl::GetFlag(FLAGS_repack_tolerance);
@@ -115,19 +111,10 @@ int Run() {
       for (int l = b[s]; l < b[s + 1]; ++l) bytes += trace->front().layers[l].mem_bytes;
       fullest = std::max(fullest, bytes);
     }
-    const double headroom = absl::GetFlag(FLAGS_device_headroom);
-    if (!(headroom >= 1)) {
-      std::fprintf(stderr, "dynmo-bench-paper-scale: --device_headroom must be >= 1\n");
-      return 2;
-    }
     c.spec.device.capacity_bytes = static_cast<int64_t>(static_cast<double>(fullest) * headroom);
 
     absl::StatusOr<std::vector<ModeResult>> r = ReplayElastic(*trace, c);
-    if (!r.ok()) {
-      std::fprintf(stderr, "dynmo-bench-paper-scale: %s: %s\n", name.c_str(),
-                   std::string(r.status().message()).c_str());
-      return 1;
-    }
+    if (!r.ok()) return Fail(1, absl::StrCat(name, ": ", r.status().message()));
     nlohmann::ordered_json row;
     row["case"] = name;
     row["units"] = units;
@@ -169,8 +156,7 @@ int main(int argc, char** argv) {
       "re-partition, release, reshape and the oracle (JSON on stdout)");
   const std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   if (rest.size() > 1) {
-    std::fprintf(stderr, "dynmo-bench-paper-scale: unexpected argument '%s'\n", rest[1]);
-    return 2;
+    return Fail(2, absl::StrCat("unexpected argument '", rest[1], "'"));
   }
   return Run();
 }

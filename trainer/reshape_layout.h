@@ -29,16 +29,14 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "coordinator/core/boundaries.h"
+#include "coordinator/core/reshape.h"
 #include "trainer/repack_layout.h"
 
 namespace dynmo::trainer {
 
-// The grid a reshape asks for.
-struct ReshapeTarget {
-  int pp = 0;                   // pp'
-  int dp = 0;                   // dp'
-  core::Boundaries boundaries;  // over the pp' new stages; empty: uniform
-};
+// The grid a reshape asks for: pp' x dp' with boundaries over the pp' new
+// stages (the decision core's grid); empty boundaries here mean uniform.
+using ReshapeTarget = core::Grid;
 
 // One layer sent from one running rank to another (ranks = positions p).
 struct LayerCopy {

@@ -41,15 +41,9 @@ struct Change {
 using Decide = std::function<absl::StatusOr<std::optional<Change>>(
     const std::vector<LayerCost>& smoothed, const Grid& now)>;
 
-double MovePause(absl::Span<const LayerCost> layers, const Grid& now,
-                 const Boundaries& next, double bandwidth,
-                 absl::Status* status) {
-  absl::StatusOr<MigrationPlan> plan = PlanMigrationBetween(layers, now.boundaries, next);
-  if (!plan.ok()) {
-    *status = plan.status();
-    return 0;
-  }
-  return bandwidth > 0 ? static_cast<double>(plan->total_bytes) / bandwidth : 0;
+// Seconds `bytes` take at `bandwidth` (0 = free).
+double PauseS(int64_t bytes, double bandwidth) {
+  return bandwidth > 0 ? static_cast<double>(bytes) / bandwidth : 0;
 }
 
 // Re-balancing on the grid's own stages, if it promises min_gain.
@@ -64,12 +58,12 @@ absl::StatusOr<std::optional<Change>> Repartition(const ElasticReplayConfig& con
       !(next->iteration_s < cur->iteration_s * (1 - config.min_gain))) {
     return std::nullopt;
   }
-  absl::Status status;
+  absl::StatusOr<MigrationPlan> moves =
+      PlanMigrationBetween(smoothed, now.boundaries, next->boundaries);
+  if (!moves.ok()) return moves.status();
   Change change{Grid{now.pp, now.dp, next->boundaries},
-                MovePause(smoothed, now, next->boundaries,
-                          config.migration_bandwidth_bytes_per_s, &status),
+                PauseS(moves->total_bytes, config.migration_bandwidth_bytes_per_s),
                 "re-partition"};
-  if (!status.ok()) return status;
   // The move must repay its pause within the payback horizon.
   if ((cur->iteration_s - next->iteration_s) * config.payback_iterations < change.pause_s) {
     return std::nullopt;
@@ -88,8 +82,9 @@ absl::StatusOr<std::optional<Change>> Release(const ElasticReplayConfig& config,
   full.stages.assign(config.pp, device);
   // Release trades what re-balancing gained for GPUs: the packed pipeline
   // must keep the static layout's speed (its bottleneck on these costs).
-  const double reference =
-      Bottleneck(StageLoads(full, PartitionUniform(static_cast<int>(smoothed.size()), config.pp)));
+  const Grid fixed{config.pp, now.dp,
+                   PartitionUniform(static_cast<int>(smoothed.size()), config.pp)};
+  const double reference = Bottleneck(StageLoads(full, fixed.boundaries));
   PipelineModel active = full;
   active.stages.assign(now.pp, device);
   RepackOptions options;
@@ -101,7 +96,6 @@ absl::StatusOr<std::optional<Change>> Release(const ElasticReplayConfig& config,
     const int k = static_cast<int>(packed->active_stages.size());
     // The bottleneck is the stage model's view; the simulated iteration (the
     // schedule's fill and drain included) must agree before GPUs go.
-    const Grid fixed{config.pp, now.dp, PartitionUniform(static_cast<int>(smoothed.size()), config.pp)};
     absl::StatusOr<ShapeCost> fixed_cost = CostOfGrid(smoothed, config.spec, fixed);
     if (!fixed_cost.ok()) return fixed_cost.status();
     absl::StatusOr<ShapeCost> packed_cost =
@@ -110,9 +104,8 @@ absl::StatusOr<std::optional<Change>> Release(const ElasticReplayConfig& config,
     if (packed_cost->iteration_s > fixed_cost->iteration_s * (1 + config.repack_tolerance)) {
       return Repartition(config, smoothed, now);
     }
-    const double bw = config.migration_bandwidth_bytes_per_s;
     return Change{Grid{k, now.dp, packed->boundaries},
-                  bw > 0 ? static_cast<double>(packed->migration.total_bytes) / bw : 0,
+                  PauseS(packed->migration.total_bytes, config.migration_bandwidth_bytes_per_s),
                   absl::StrCat("release ", now.pp - k, " stages: ", GridName(now), " -> ",
                                k, "x", now.dp)};
   }

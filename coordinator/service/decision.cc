@@ -59,9 +59,15 @@ absl::StatusOr<std::optional<Decision>> DecideReshape(const DecisionInput& in) {
   if (best.pp == num_stages) return std::optional<Decision>();
   absl::StatusOr<core::ShapeCost> now = core::CostOfGrid(in.model.layers, spec, from);
   if (!now.ok()) return now.status();
-  absl::StatusOr<core::ShapeCost> in_place =
-      core::CostOfShape(in.model.layers, spec, from, num_stages, in.data_parallel);
-  if (!in_place.ok()) return in_place.status();
+  // Re-balancing in place is one of the grids FeasibleShapes priced; one
+  // missing from the list is priced again for its reason.
+  auto in_place = std::find_if(shapes->begin(), shapes->end(), [&](const core::ShapeCost& c) {
+    return c.pp == num_stages;
+  });
+  if (in_place == shapes->end()) {
+    return core::CostOfShape(in.model.layers, spec, from, num_stages, in.data_parallel)
+        .status();
+  }
   ReshapeChoice choice;
   choice.pipeline_size = best.pp;
   choice.data_parallel = best.dp;

@@ -5,15 +5,13 @@
 #ifndef DYNMO_TESTS_SERVICE_JOB_STATE_FIXTURE_H_
 #define DYNMO_TESTS_SERVICE_JOB_STATE_FIXTURE_H_
 
-#include <stdlib.h>
-
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "coordinator/service/job_state.h"
+#include "tests/service/state_dir_fixture.h"
 #include "gtest/gtest.h"
 
 namespace dynmo::service {
@@ -93,18 +91,10 @@ inline PlanAck Ack(uint64_t epoch, PlanAck::State state, int64_t iteration = 0) 
   return a;
 }
 
-inline std::string TempDir() {
-  char tmpl[] = "/tmp/dynmo_job_XXXXXX";
-  return mkdtemp(tmpl);
-}
-
-class JobStateTest : public ::testing::Test {
+class JobStateTest : public StateDirTest {
  protected:
   void SetUp() override {
-    dir_ = TempDir();
-    keeper_ = std::make_unique<StateKeeper>(dir_);
-    ASSERT_TRUE(keeper_->Open().ok());
-    pool_ = std::make_unique<ReleasedPool>(keeper_.get());
+    StateDirTest::SetUp();
     options_.default_policy.trigger.kind = Trigger::Kind::kManual;
     options_.plan_lead_iterations = 5;
     job_ = std::make_unique<JobState>(Reg(0), options_,
@@ -133,11 +123,7 @@ class JobStateTest : public ::testing::Test {
     return r->plan();
   }
 
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  std::string dir_;
   JobOptions options_;
-  std::unique_ptr<StateKeeper> keeper_;
-  std::unique_ptr<ReleasedPool> pool_;
   std::unique_ptr<JobState> job_;
   std::vector<std::shared_ptr<RecordingSink>> sinks_;
   std::vector<std::string> keys_;  // each rank's session key

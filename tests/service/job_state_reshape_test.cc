@@ -4,7 +4,6 @@
 // and once applied the roster, layout, summary and durable record hold the
 // new grid; a rank re-registers with its new coordinates. With elastic =
 // release the same job releases stages instead.
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -12,6 +11,7 @@
 #include "absl/synchronization/mutex.h"
 #include "coordinator/service/job_state.h"
 #include "gtest/gtest.h"
+#include "tests/service/state_dir_fixture.h"
 
 namespace dynmo::service {
 namespace {
@@ -70,14 +70,9 @@ PlanAck Ack(uint64_t epoch, PlanAck::State state) {
   return a;
 }
 
-class ReshapeTest : public ::testing::Test {
+class ReshapeTest : public StateDirTest {
  protected:
   void Start(Elastic elastic) {
-    char tmpl[] = "/tmp/dynmo_reshape_XXXXXX";
-    dir_ = mkdtemp(tmpl);
-    keeper_ = std::make_unique<StateKeeper>(dir_);
-    ASSERT_TRUE(keeper_->Open().ok());
-    pool_ = std::make_unique<ReleasedPool>(keeper_.get());
     options_.default_policy.trigger.kind = Trigger::Kind::kManual;
     options_.default_policy.repack = true;
     options_.default_policy.repack_tolerance = 1.0;
@@ -91,12 +86,7 @@ class ReshapeTest : public ::testing::Test {
     }
     for (int r = 0; r < kRanks; ++r) ASSERT_TRUE(job_->OnReport(r, Report(r, 0)).ok());
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
-  std::string dir_;
   JobOptions options_;
-  std::unique_ptr<StateKeeper> keeper_;
-  std::unique_ptr<ReleasedPool> pool_;
   std::unique_ptr<JobState> job_;
 };
 
@@ -186,11 +176,6 @@ TEST_F(ReshapeTest, ReleaseModeHandsTheStagesBackInstead) {
 
 TEST_F(ReshapeTest, ReshapeModeWithoutAFasterGridOnlyReBalances) {
   // A device that holds only two layers: 4 x 1 is the only grid that fits.
-  char tmpl[] = "/tmp/dynmo_reshape_XXXXXX";
-  dir_ = mkdtemp(tmpl);
-  StateKeeper keeper(dir_);
-  ASSERT_TRUE(keeper.Open().ok());
-  ReleasedPool pool(&keeper);
   JobOptions options;
   options.default_policy.trigger.kind = Trigger::Kind::kManual;
   options.default_policy.repack = true;
@@ -200,7 +185,7 @@ TEST_F(ReshapeTest, ReshapeModeWithoutAFasterGridOnlyReBalances) {
     q.set_memory_capacity_bytes(2 * kLayerBytes + kLayerBytes / 2);
     return q;
   };
-  JobState job(small(0), options, JobDeps{&keeper, &pool, nullptr});
+  JobState job(small(0), options, JobDeps{keeper_.get(), pool_.get(), nullptr});
   for (int r = 0; r < kRanks; ++r) {
     dynmo::v1::RegisterResponse resp;
     ASSERT_TRUE(job.Register(small(r), &resp).ok());

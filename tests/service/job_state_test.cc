@@ -378,13 +378,10 @@ TEST(JobStateRepackTest, RepackReleasesStagesIntoThePool) {
 
 // ---- Deletion and expiry (JobState::Close, JobRegistry::Delete) ----
 
-class JobDeletionTest : public ::testing::Test {
+class JobDeletionTest : public StateDirTest {
  protected:
   void SetUp() override {
-    dir_ = TempDir();
-    keeper_ = std::make_unique<StateKeeper>(dir_);
-    ASSERT_TRUE(keeper_->Open().ok());
-    pool_ = std::make_unique<ReleasedPool>(keeper_.get());
+    StateDirTest::SetUp();
     options_.default_policy.trigger.kind = Trigger::Kind::kManual;
     registry_ = std::make_unique<JobRegistry>(
         options_, JobDeps{keeper_.get(), pool_.get(), &metrics_}, 4);
@@ -400,7 +397,6 @@ class JobDeletionTest : public ::testing::Test {
     ASSERT_TRUE(job_->Attach(0, key0, sink_).ok());
     ASSERT_TRUE(job_->OnReport(0, Report(0, 1)).ok());
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
 
   std::string MetricsText() {
     std::string text;
@@ -412,11 +408,8 @@ class JobDeletionTest : public ::testing::Test {
     return text;
   }
 
-  std::string dir_;
   JobOptions options_;
   CoordinatorMetrics metrics_;
-  std::unique_ptr<StateKeeper> keeper_;
-  std::unique_ptr<ReleasedPool> pool_;
   std::unique_ptr<JobRegistry> registry_;
   std::shared_ptr<JobState> job_;
   std::shared_ptr<RecordingSink> sink_;

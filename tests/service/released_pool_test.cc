@@ -7,14 +7,10 @@
 #include <filesystem>
 
 #include "gtest/gtest.h"
+#include "tests/service/state_dir_fixture.h"
 
 namespace dynmo::service {
 namespace {
-
-std::string TempDir() {
-  char tmpl[] = "/tmp/dynmo_pool_XXXXXX";
-  return mkdtemp(tmpl);
-}
 
 dynmo::v1::ReleasedGpu Gpu(const std::string& job, uint64_t epoch, int rank) {
   dynmo::v1::ReleasedGpu g;
@@ -26,19 +22,12 @@ dynmo::v1::ReleasedGpu Gpu(const std::string& job, uint64_t epoch, int rank) {
   return g;
 }
 
-class ReleasedPoolTest : public ::testing::Test {
+class ReleasedPoolTest : public StateDirTest {
  protected:
   void SetUp() override {
-    dir_ = TempDir();
-    keeper_ = std::make_unique<StateKeeper>(dir_);
-    ASSERT_TRUE(keeper_->Open().ok());
-    pool_ = std::make_unique<ReleasedPool>(keeper_.get());
+    StateDirTest::SetUp();
     ASSERT_TRUE(pool_->Add({Gpu("j", 1, 2), Gpu("j", 1, 3)}).ok());
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  std::string dir_;
-  std::unique_ptr<StateKeeper> keeper_;
-  std::unique_ptr<ReleasedPool> pool_;
 };
 
 TEST_F(ReleasedPoolTest, AddIsIdempotentPerJobEpochRank) {
