@@ -6,25 +6,27 @@
     t = timer.collect()                     # {layer_id: LayerTiming}; resets
 
 Forward time runs from the module's forward pre-hook to its forward hook;
-backward time from its full backward pre-hook (the gradient of its output
-arrived) to its full backward hook (the gradient of its input is computed),
-so it covers input and weight gradients (reported as ``bwd_s``). Several
+backward time from the moment autograd has the gradient of the module's
+output to the moment it has the gradient of its input (tensor hooks the
+forward hooks register: no module backward hooks, which would turn the
+outputs into views that ``torch.distributed.pipelining``'s split backward
+cannot detach), so it covers input and weight gradients (reported as
+``bwd_s``), or only the input gradient when a zero-bubble schedule defers
+the weight gradient. Several
 micro-batches add up; ``LayerTiming.calls`` says how many. On a GPU the
 hooks record CUDA events and ``collect`` synchronises once; on the CPU they
 read ``time.perf_counter_ns``. Optionally the bytes the autograd graph
 saves during a module's forward (its stashed activations) are counted with
 ``torch.autograd.graph.saved_tensors_hooks``.
 
-A module whose input needs no gradient (an embedding fed token ids) gets its
-backward hook as soon as its output's gradient is known, so its backward
-time reads about zero. Not thread-safe: the training thread.
+A module whose input needs no gradient (an embedding fed token ids) has no
+backward end to observe; its backward time reads zero. Not thread-safe: the training thread.
 """
 from __future__ import annotations
 
 import dataclasses
 import time
-import warnings
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import nn
@@ -79,19 +81,18 @@ class LayerTimer:
         self._saved: Dict[int, int] = {}
         self._saving: Dict[int, List[object]] = {}
 
-    def attach(self, modules: Mapping[int, nn.Module]) -> None:
-        """Times exactly these modules from now on (drops earlier ones)."""
+    def attach(self, modules: Mapping[int, Union[nn.Module, Sequence[nn.Module]]]) -> None:
+        """Times exactly these modules from now on (drops earlier ones). A
+        layer made of several modules run in sequence (a final norm and the
+        output head) is given as their list: its time runs from the first
+        one's forward pre-hook to the last one's forward hook, and back."""
         self.detach()
-        # Said once per module whose input needs no gradient (see above);
-        # expected here, so not repeated to the user.
-        warnings.filterwarnings("ignore", message="Full backward hook is firing when "
-                                "gradients are computed with respect to module outputs")
         for layer, module in modules.items():
+            parts = [module] if isinstance(module, nn.Module) else list(module)
+            head, tail = parts[0], parts[-1]
             self._handles += [
-                module.register_forward_pre_hook(self._fwd_pre(layer)),
-                module.register_forward_hook(self._fwd_post(layer)),
-                module.register_full_backward_pre_hook(self._bwd_pre(layer)),
-                module.register_full_backward_hook(self._bwd_post(layer)),
+                head.register_forward_pre_hook(self._fwd_pre(layer)),
+                tail.register_forward_hook(self._fwd_post(layer)),
             ]
 
     def detach(self) -> None:
@@ -117,6 +118,15 @@ class LayerTimer:
 
     def _fwd_pre(self, layer: int):
         def hook(module, args):
+            if torch.is_grad_enabled():
+                # This call's backward ends when the gradient of its input is
+                # known; it starts when its output's is (see _fwd_post).
+                slot = {"start": None, "done": False}
+                self._open_bwd.setdefault(layer, []).append(slot)
+                for t in _tensors(args):
+                    if t.requires_grad:
+                        t.register_hook(self._bwd_end(layer, slot))
+                        break
             if self._measure_activations and torch.is_grad_enabled():
                 ctx = torch.autograd.graph.saved_tensors_hooks(self._pack(layer), _unpack)
                 ctx.__enter__()
@@ -130,18 +140,25 @@ class LayerTimer:
             self._fwd.setdefault(layer, []).append((start, self._clock.mark()))
             if self._saving.get(layer):
                 self._saving[layer].pop().__exit__(None, None, None)
+            if torch.is_grad_enabled() and self._open_bwd.get(layer):
+                slot = self._open_bwd[layer].pop()
+                for t in _tensors(output):
+                    if t.requires_grad:
+                        t.register_hook(self._bwd_start(slot))
+                        break
         return hook
 
-    def _bwd_pre(self, layer: int):
-        def hook(module, grad_output):
-            self._open_bwd.setdefault(layer, []).append(self._clock.mark())
+    def _bwd_start(self, slot):
+        def hook(grad):
+            if slot["start"] is None:
+                slot["start"] = self._clock.mark()
         return hook
 
-    def _bwd_post(self, layer: int):
-        def hook(module, grad_input, grad_output):
-            opened = self._open_bwd.get(layer)
-            if opened:
-                self._bwd.setdefault(layer, []).append((opened.pop(), self._clock.mark()))
+    def _bwd_end(self, layer: int, slot):
+        def hook(grad):
+            if slot["start"] is not None and not slot["done"]:
+                slot["done"] = True
+                self._bwd.setdefault(layer, []).append((slot["start"], self._clock.mark()))
         return hook
 
     def _pack(self, layer: int):
@@ -153,3 +170,12 @@ class LayerTimer:
 
 def _unpack(t: torch.Tensor) -> torch.Tensor:
     return t
+
+
+def _tensors(value) -> List[torch.Tensor]:
+    """The tensors of a module's arguments or output (tensor, tuple, list)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [v for v in value if isinstance(v, torch.Tensor)]
+    return []

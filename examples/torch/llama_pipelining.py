@@ -1,0 +1,185 @@
+"""A Llama-style model trained with torch.distributed.pipelining, its layer
+split re-balanced live by DynMo (dynmo.pipelining).
+
+    torchrun --standalone --nproc-per-node 2 examples/torch/llama_pipelining.py \
+        --schedule 1F1B --pp 2 --steps 60 --initial_boundaries 0,8,10 \
+        --dynamism freezing --log_json out/llama.jsonl
+
+The model (llama_model.py) is written in torchtitan's layout; the loop is
+torchtitan's: ``schedule.step`` on the stages, ``optimizer.step``,
+``lr_scheduler.step``, ``zero_grad``. The lines marked ``# DynMo`` are all
+that connect it to a coordinator: build the pipeline through
+``DynamicPipeline``, apply a plan at the iteration boundary, report after
+the step. ``--coordinator none`` trains the same pipeline statically (the
+adapter still builds it, so both runs share every line of arithmetic and
+the losses are bit-identical: one intra-op thread per rank, deterministic
+algorithms, float32).
+
+Rank 0 prints one line per iteration and, with ``--log_json``, writes one
+JSON object per iteration: iteration (and iter), loss, tokens_per_s,
+iteration_s, boundaries, epoch (the plan in force), moved_bytes and
+stage_times (per stage: its layers' measured forward + backward seconds),
+which ``scripts/dynmo-report`` reads.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import List, Optional
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import llama_model as lm  # noqa: E402
+from gpt_data import corpus, micro_batch  # noqa: E402
+from dynmo.pipelining import DynamicPipeline  # noqa: E402  # DynMo
+
+
+def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--coordinator", default=os.environ.get("DYNMO_COORDINATOR", "embedded"),
+                   help="none | embedded | HOST:PORT (default: $DYNMO_COORDINATOR, else "
+                        "embedded)")
+    p.add_argument("--schedule", default="1F1B",
+                   help="GPipe | 1F1B | Interleaved1F1B | LoopedBFS | InterleavedZeroBubble "
+                        "| ZBVZeroBubble (NCCL only) (torch's names)")
+    p.add_argument("--pp", type=int, default=None, help="pipeline ranks (default: world / dp)")
+    p.add_argument("--dp", type=int, default=1, help="data-parallel replicas (DDP)")
+    p.add_argument("--stages_per_rank", type=int, default=2,
+                   help="virtual stages per rank for multi-stage schedules")
+    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--initial_boundaries", default=None,
+                   help="b0,...,bS over the n_layers+2 pipeline layers (default: even)")
+    p.add_argument("--dynamism", default="none",
+                   choices=["none", "freezing", "early-exit", "both"])
+    p.add_argument("--layers", type=int, default=8, help="transformer blocks")
+    p.add_argument("--dim", type=int, default=128)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--kv_heads", type=int, default=2)
+    p.add_argument("--seq_len", type=int, default=64)
+    p.add_argument("--microbatches", type=int, default=8)
+    p.add_argument("--micro_batch", type=int, default=4, help="rows per micro-batch")
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--job", default=os.environ.get("DYNMO_JOB", "llama-pipelining"))
+    p.add_argument("--trigger", default="auto",
+                   help="the job's rebalance trigger: auto, every:N, on-change:X, manual")
+    p.add_argument("--repack", action="store_true",
+                   help="let the coordinator pack the layers onto fewer ranks")
+    p.add_argument("--no_timing", action="store_true",
+                   help="static only: no per-layer timing hooks (the overhead A/B)")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    p.add_argument("--log_json", default=None)
+    args = p.parse_args(argv)
+    if args.no_timing and args.coordinator != "none":
+        p.error("--no_timing needs --coordinator none (DynMo decides from the timings)")
+    return args
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda":
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) %
+                            max(torch.cuda.device_count(), 1))
+    return torch.device(name)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = parse_args(argv)
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    device = resolve_device(args.device)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    pp = args.pp or world // args.dp
+    config = lm.LlamaConfig(dim=args.dim, n_layers=args.layers, n_heads=args.heads,
+                            n_kv_heads=args.kv_heads, ffn_hidden=args.dim * 11 // 4,
+                            seq_len=args.seq_len)
+    torch.manual_seed(args.seed)
+    model = lm.Transformer(config)
+    try:
+        pipe = DynamicPipeline(  # DynMo
+            model, schedule=args.schedule, n_microbatches=args.microbatches,  # DynMo
+            loss_fn=lm.loss_fn, pp=pp, dp=args.dp, device=device,  # DynMo
+            stages_per_rank=args.stages_per_rank,  # DynMo
+            boundaries=([int(x) for x in args.initial_boundaries.split(",")]  # DynMo
+                        if args.initial_boundaries else None),  # DynMo
+            optimizer=lambda ps: torch.optim.AdamW(ps, lr=args.lr),  # DynMo
+            lr_scheduler=lambda o: torch.optim.lr_scheduler.LambdaLR(  # DynMo
+                o, lambda k: min(1.0, (k + 1) / 10)),  # DynMo
+            coordinator=None if args.coordinator == "none" else args.coordinator,  # DynMo
+            job=args.job, policy={"trigger": args.trigger, "repack": args.repack},  # DynMo
+            timing=not args.no_timing)  # DynMo
+    except (TypeError, ValueError) as e:
+        if rank == 0:
+            print(f"llama_pipelining: {e}", file=sys.stderr)
+        dist.destroy_process_group()
+        return 2
+    data = corpus()
+    log = None
+    rows = args.micro_batch * args.microbatches
+    try:
+        for step in range(args.steps):
+            start = time.perf_counter()
+            plan = pipe.begin_iteration(step)  # DynMo
+            if pipe.released:  # DynMo: a re-pack gave this rank back
+                print(f"llama_pipelining: rank {rank} released at iteration {step}",
+                      flush=True)
+                break
+            for layer, modules in pipe.held_layers().items():
+                lm.set_dynamism(args.dynamism, layer, modules, step, args.steps, args.layers)
+            tokens, targets = [torch.cat(t) for t in zip(*(
+                micro_batch(data, args.seed + 7919 * pipe.topology.dp_rank, step, m,
+                            args.micro_batch, args.seq_len)
+                for m in range(args.microbatches)))]
+            losses: List[torch.Tensor] = []
+            if pipe.has_first_stage:
+                pipe.schedule.step(tokens.to(device),
+                                   target=targets.to(device) if pipe.has_last_stage else None,
+                                   losses=losses)
+            elif pipe.has_last_stage:
+                pipe.schedule.step(target=targets.to(device), losses=losses)
+            else:
+                pipe.schedule.step()
+            pipe.optimizer.step()
+            pipe.lr_scheduler.step()
+            pipe.optimizer.zero_grad(set_to_none=True)
+            pipe.end_iteration(step)  # DynMo
+            elapsed = time.perf_counter() - start
+            summary = pipe.iteration_summary(  # gathers loss, time, stage times
+                torch.stack(losses).mean().item() if losses else None, elapsed)
+            if pipe.is_reporter:
+                if args.log_json and log is None:
+                    log = open(args.log_json, "w")
+                record = {"iteration": step, "iter": step, "loss": summary["loss"],
+                          "tokens_per_s": rows * args.seq_len * args.dp / summary["iteration_s"],
+                          "iteration_s": summary["iteration_s"],
+                          "boundaries": pipe.boundaries, "epoch": pipe.epoch,
+                          "moved_bytes": summary["moved_bytes"],
+                          "stage_times": summary["stage_times"],
+                          "plan": plan.reason if plan is not None else None}
+                print(f"llama_pipelining: iter {step} loss {summary['loss']:.6f} "
+                      f"tokens/s {record['tokens_per_s']:.0f} boundaries "
+                      f"{','.join(map(str, pipe.boundaries))}"
+                      + (f" (plan epoch {plan.epoch} applied)" if plan is not None else ""),
+                      flush=True)
+                if log:
+                    log.write(json.dumps(record) + "\n")
+    finally:
+        if log:
+            log.close()
+        pipe.close()
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

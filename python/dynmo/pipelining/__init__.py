@@ -1,0 +1,21 @@
+"""DynMo under ``torch.distributed.pipelining``: a running pipeline-parallel
+job's layers re-split live by the coordinator (docs/python.md).
+
+    from dynmo.pipelining import DynamicPipeline
+    pipe = DynamicPipeline(model, schedule="1F1B", n_microbatches=8, loss_fn=loss_fn,
+                           pp=2, optimizer=lambda ps: torch.optim.AdamW(ps, lr=3e-4),
+                           coordinator="embedded")
+
+``DynamicPipeline`` (pipeline.py) is the one entry; ``ModelLayout``
+(layout.py) says what a torchtitan-style model must look like;
+``send_layer`` / ``recv_layer`` (layer_transfer.py) move a layer with any
+optimizer's state; ``Topology`` (topology.py) places pp x dp ranks.
+Importing it imports torch.
+"""
+from dynmo.pipelining.layer_transfer import recv_layer, send_layer
+from dynmo.pipelining.layout import ModelLayout
+from dynmo.pipelining.pipeline import DynamicPipeline, schedule_class
+from dynmo.pipelining.topology import Topology
+
+__all__ = ["DynamicPipeline", "ModelLayout", "Topology", "recv_layer", "schedule_class",
+           "send_layer"]

@@ -1,0 +1,125 @@
+"""Process bodies for test_pipelining.py: each runs on one Gloo rank
+(torch.multiprocessing.spawn) and writes what it saw to a JSON file per rank;
+the test compares runs."""
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+from conftest import SOURCE_DIR
+
+sys.path.insert(0, os.path.join(SOURCE_DIR, "examples", "torch"))
+
+import llama_model as lm  # noqa: E402
+from dynmo.pipelining import DynamicPipeline  # noqa: E402
+from dynmo.types import LayerMove, Plan  # noqa: E402
+
+
+def owners(boundaries, stages):
+    return {i: s for k, s in enumerate(stages)
+            for i in range(boundaries[k], boundaries[k + 1])}
+
+
+def make_plan(epoch, old, new, stages=None, active=None, released=()):
+    """The plan that turns layout ``old`` (over ``stages``) into ``new``
+    (over ``active``), moving every layer whose owner changes."""
+    stages = list(stages if stages is not None else range(len(old) - 1))
+    active = list(active if active is not None else stages)
+    before, after = owners(old, stages), owners(new, active)
+    moves = [LayerMove(layer=i, from_stage=before[i], to_stage=after[i], bytes=0, round=0)
+             for i in sorted(before) if before[i] != after[i]]
+    return Plan(job="t", epoch=epoch, apply_iteration=0, boundaries=list(new),
+                active_stages=active, released_stages=list(released), migrations=moves,
+                split=[], migration_bytes=0, predicted_bottleneck_s=0.0,
+                previous_bottleneck_s=0.0, reason="test", decided_unix_nanos=0,
+                commit_with_prepare=False)
+
+
+def batch(step, rows, seq, vocab):
+    g = torch.Generator().manual_seed(1000 + step)
+    tokens = torch.randint(0, vocab, (rows, seq + 1), generator=g)
+    return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+
+
+def train(rank, world, init_file, out_dir, cfg):
+    """cfg: schedule, pp, dp, steps, boundaries, plans {iteration: [old, new,
+    stages, active, released]}, optimizer, coordinator, dynamism, bad."""
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
+                            world_size=world)
+    torch.manual_seed(0)
+    c = lm.LlamaConfig(dim=32, n_layers=cfg.get("layers", 6), n_heads=4, n_kv_heads=2,
+                       ffn_hidden=64, seq_len=16)
+    model = lm.Transformer(c)
+    opt_name = cfg.get("optimizer", "adamw")
+
+    def make_optimizer(params):
+        if opt_name == "sgd":
+            return torch.optim.SGD(params, lr=0.05, momentum=0.9)
+        if opt_name == "adagrad":
+            return torch.optim.Adagrad(params, lr=0.05)
+        return torch.optim.AdamW(params, lr=3e-3)
+
+    def make_scheduler(opt):
+        return torch.optim.lr_scheduler.LambdaLR(opt, lambda k: 1.0 / (1 + 0.1 * k))
+
+    record = {"losses": [], "boundaries": [], "errors": [], "released": False,
+              "moved": 0, "plans": []}
+    try:
+        pipe = DynamicPipeline(
+            model, schedule=cfg["schedule"], n_microbatches=cfg.get("microbatches", 4),
+            loss_fn=lm.loss_fn, pp=cfg["pp"], dp=cfg.get("dp", 1),
+            boundaries=cfg.get("boundaries"), optimizer=make_optimizer,
+            lr_scheduler=make_scheduler, coordinator=cfg.get("coordinator"),
+            policy=cfg.get("policy"), coordinator_flags=cfg.get("flags", ()),
+            job=cfg.get("job", "pipelining-test"))
+    except (TypeError, ValueError) as e:
+        record["errors"].append(f"{type(e).__name__}: {e}")
+        _write(out_dir, rank, record)
+        dist.destroy_process_group()
+        return
+    plans = {int(k): v for k, v in cfg.get("plans", {}).items()}
+    epoch = 0
+    for step in range(cfg["steps"]):
+        if step in plans:
+            epoch += 1
+            plan = make_plan(epoch, *plans[step])
+            try:
+                record["moved"] += pipe.apply_plan(plan)
+            except ValueError as e:
+                record["errors"].append(str(e))
+        applied = pipe.begin_iteration(step)
+        if applied is not None:
+            record["plans"].append([step, list(applied.boundaries)])
+        if pipe.released:
+            record["released"] = True
+            break
+        for layer, mods in pipe.held_layers().items():
+            lm.set_dynamism(cfg.get("dynamism", "none"), layer, mods, step, cfg["steps"],
+                            c.n_layers)
+        x, y = batch(step + 1000 * pipe.topology.dp_rank, 8, c.seq_len, c.vocab)
+        losses = []
+        pipe.step(x, target=y, losses=losses)
+        pipe.optimizer.step()
+        pipe.lr_scheduler.step()
+        pipe.optimizer.zero_grad(set_to_none=True)
+        pipe.end_iteration(step)
+        if losses:
+            record["losses"].append([float(l.detach()) for l in losses])
+        record["boundaries"].append(list(pipe.boundaries))
+    state = {}
+    for layer, mods in pipe.held_layers().items():
+        state[layer] = sum(float(p.detach().double().sum()) for m in mods for p in m.parameters())
+    record["weights"] = state
+    record["opt_groups"] = len(pipe.optimizer.param_groups)
+    pipe.close()
+    _write(out_dir, rank, record)
+    dist.destroy_process_group()
+
+
+def _write(out_dir, rank, record):
+    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
+        json.dump(record, f)
