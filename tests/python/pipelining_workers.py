@@ -108,7 +108,8 @@ def train(rank, world, init_file, out_dir, cfg):
         pipe.optimizer.zero_grad(set_to_none=True)
         pipe.end_iteration(step)
         if losses:
-            record["losses"].append([float(l.detach()) for l in losses])
+            record["losses"].append([step, pipe.topology.dp_rank,
+                                     [float(l.detach()) for l in losses]])
         record["boundaries"].append(list(pipe.boundaries))
     state = {}
     for layer, mods in pipe.held_layers().items():

@@ -22,7 +22,8 @@ def run(cfg, world):
 
 
 def losses(records):
-    return [r["losses"] for r in records if r["losses"]]
+    """(iteration, replica, micro-batch losses) of every last stage, in order."""
+    return sorted(tuple((k, d, tuple(v))) for r in records for k, d, v in r["losses"])
 
 
 def weights(records):

@@ -400,14 +400,9 @@ class DynamicPipeline:
             for layer in r:
                 mods = self.parts.held[layer]
                 timed[layer] = mods[0] if len(mods) == 1 else mods
-            module: nn.Module = chunk
-            if topo.dp > 1:
-                module = nn.parallel.DistributedDataParallel(
-                    chunk, process_group=topo.dp_group, broadcast_buffers=False,
-                    device_ids=[self.device.index] if self.device.type == "cuda" else None)
             self.stage_modules.append(chunk)
-            stages.append(PipelineStage(module, position, topo.num_stages, self.device,
-                                        group=topo.pp_group))
+            stages.append(PipelineStage(self._data_parallel(chunk), position, topo.num_stages,
+                                        self.device, group=topo.pp_group))
         self.pipeline_stages = stages
         self._grad_signature = self._requires_grad_signature()
         if self._timing:
@@ -430,8 +425,21 @@ class DynamicPipeline:
         if self.released:
             return None
         if self.topology.dp > 1 and self._requires_grad_signature() != self._grad_signature:
-            self._build()
+            # Every replica of a stage changes alike (same layers, same
+            # iteration), so the DDP constructor's collective matches; the
+            # stages and the schedule stay, as do their neighbours'.
+            for stage, chunk in zip(self.pipeline_stages, self.stage_modules):
+                stage.submod = self._data_parallel(chunk)
+            self._grad_signature = self._requires_grad_signature()
         return self._schedule
+
+    def _data_parallel(self, chunk: nn.Module) -> nn.Module:
+        """``chunk`` in DDP over its stage's replicas (dp > 1), else itself."""
+        if self.topology.dp == 1:
+            return chunk
+        return nn.parallel.DistributedDataParallel(
+            chunk, process_group=self.topology.dp_group, broadcast_buffers=False,
+            device_ids=[self.device.index] if self.device.type == "cuda" else None)
 
     def _requires_grad_signature(self):
         return tuple(p.requires_grad for p in self.parts.parameters())
