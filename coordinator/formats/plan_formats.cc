@@ -379,6 +379,9 @@ absl::StatusOr<core::Boundaries> ReadMegatron(const json& value, SplitShape shap
   absl::StatusOr<std::string> expanded = LayoutExpander(layout).Expand();
   if (!expanded.ok()) return expanded.status();
   auto fail = [&](absl::string_view why) { return LayoutError(layout, why); };
+  if (expanded->find('m') != std::string::npos) {
+    return fail("holds MTP layers ('m'), which have no DynMo layer; leave them out");
+  }
   const std::vector<absl::string_view> stages = absl::StrSplit(*expanded, '|');
   const int num_stages = static_cast<int>(stages.size());
   if (shape.num_stages >= 0 && num_stages != shape.num_stages) {
@@ -392,9 +395,6 @@ absl::StatusOr<core::Boundaries> ReadMegatron(const json& value, SplitShape shap
                                " empty; every stage holds at least one layer"));
     }
     absl::StrAppend(&layers, stages[s]);
-  }
-  if (layers.find('m') != std::string::npos) {
-    return fail("holds MTP layers ('m'), which have no DynMo layer; leave them out");
   }
   for (const auto& [letter, what] : {std::pair{'E', "embedding"}, std::pair{'L', "loss"}}) {
     const auto n = std::count(layers.begin(), layers.end(), letter);
