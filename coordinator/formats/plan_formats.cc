@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -124,7 +125,8 @@ absl::StatusOr<int> TorchtitanLayer(const std::string& fqn, int part) {
       return k + 1;
     }
   }
-  return Bad(absl::StrCat("torchtitan: unknown module '", fqn, "' in model part ",
+  return Bad(absl::StrCat("torchtitan: unknown module '", absl::CHexEscape(fqn),
+                          "' in model part ",
                           part, " (tok_embeddings, layers.<k>, norm, output)"));
 }
 
@@ -262,7 +264,7 @@ std::string WriteMegatron(absl::Span<const int> b) {
 
 // An error about `layout`, shown as given (its first 80 characters).
 absl::Status LayoutError(absl::string_view layout, absl::string_view why) {
-  std::string shown(layout.substr(0, 80));
+  std::string shown = absl::CHexEscape(layout.substr(0, 80));  // one line
   if (layout.size() > 80) shown += "...";
   return Bad(absl::StrCat("Megatron layout \"", shown, "\" ", why));
 }
@@ -351,7 +353,7 @@ class LayoutExpander {
       const char c = piece[i];
       if (c == '*') return Fail("has a '*' that follows no layer letter, '|' or ')'");
       if (!IsLayoutUnit(c)) {
-        return Fail(absl::StrCat("has '", std::string(1, c),
+        return Fail(absl::StrCat("has '", absl::CHexEscape(std::string(1, c)),
                                  "', not a layer letter (E, t, L), '|', '*N' or '(...)*N'"));
       }
       ++i;
