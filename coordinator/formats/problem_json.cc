@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/formats/plan_formats.h"
 
 namespace dynmo::formats {
 namespace {
@@ -96,6 +97,28 @@ absl::Status ParseLayer(const json& j, int i, core::LayerCost& l) {
   return absl::OkStatus();
 }
 
+// "current": boundaries as given (checked against the model when it is
+// solved), or a split in another trainer's words (plan_formats.h), decoded
+// here where the model's layer and stage counts are known.
+absl::StatusOr<core::Boundaries> ParseCurrent(const json& cur, int layers, int stages) {
+  const bool foreign = cur.is_string() || cur.is_object() ||
+                       (cur.is_array() && !cur.empty() && cur[0].is_array());
+  if (foreign) {
+    absl::StatusOr<core::Boundaries> b = ReadAnySplit(cur, {layers, stages});
+    if (!b.ok()) return Bad(absl::StrCat("\"current\": ", b.status().message()));
+    return b;
+  }
+  if (!cur.is_array()) return Bad("\"current\" must be an array of boundaries");
+  core::Boundaries b;
+  for (const json& v : cur) {
+    if (!v.is_number_integer()) {
+      return Bad("\"current\" must hold integer boundaries");
+    }
+    b.push_back(static_cast<int>(v.get<int64_t>()));
+  }
+  return b;
+}
+
 }  // namespace
 
 absl::StatusOr<PlanProblem> ParsePlanProblem(absl::string_view text) {
@@ -156,15 +179,10 @@ absl::StatusOr<PlanProblem> ParsePlanProblem(absl::string_view text) {
     }
   }
   if (auto cur = root.find("current"); cur != root.end()) {
-    if (!cur->is_array()) return Bad("\"current\" must be an array of boundaries");
-    core::Boundaries b;
-    for (const json& v : *cur) {
-      if (!v.is_number_integer()) {
-        return Bad("\"current\" must hold integer boundaries");
-      }
-      b.push_back(static_cast<int>(v.get<int64_t>()));
-    }
-    p.current = std::move(b);
+    absl::StatusOr<core::Boundaries> b =
+        ParseCurrent(*cur, static_cast<int>(p.model.layers.size()), stages);
+    if (!b.ok()) return b.status();
+    p.current = *std::move(b);
   }
   return p;
 }

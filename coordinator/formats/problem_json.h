@@ -8,7 +8,9 @@
 //           "link":{"boundary_bytes":N,"bandwidth_bytes_per_s":X,
 //                   "overlapped":bool},
 //           "current":[b0..bS]}
-// Everything but "stages" and "layers" is optional. Parsing checks shape and
+// Everything but "stages" and "layers" is optional. "current" may also be
+// given in another trainer's format (plan_formats.h): a torchtitan list of
+// FQN lists, a Megatron layout string, or an object keyed by the format. Parsing checks shape and
 // types and names the field at fault; the numbers' meaning is checked by
 // core::ValidateModel when the problem is solved.
 #ifndef DYNMO_COORDINATOR_FORMATS_PROBLEM_JSON_H_

@@ -3,7 +3,11 @@
 //
 //   dynmo-plan --method {uniform,parameters,time,optimal,diffusion}
 //              [--rounds N] [--repack [--tolerance X]
-//              [--repack-method {optimal,first-fit} --target-stages K]] [FILE]
+//              [--repack-method {optimal,first-fit} --target-stages K]]
+//              [--current SPLIT] [--layout-format FORMAT[,FORMAT...]] [FILE]
+//
+// --current and --layout-format read and write a split the way torchtitan,
+// Megatron-LM and DeepSpeed take it (coordinator/formats/plan_formats.h).
 //
 // Every input or usage error prints one line on stderr and exits with 2.
 #include <fstream>
@@ -62,8 +66,18 @@ int Run(int argc, char** argv) {
 constexpr char kPlanUsage[] =
     "usage: dynmo-plan --method {uniform,parameters,time,optimal,diffusion}\n"
     "                  [--rounds N] [--repack [--tolerance X]\n"
-    "                  [--repack-method {optimal,first-fit} --target-stages K]] [FILE]\n"
-    "reads a JSON problem from FILE or stdin, prints the decision as JSON";
+    "                  [--repack-method {optimal,first-fit} --target-stages K]]\n"
+    "                  [--current SPLIT] [--layout-format FORMAT[,FORMAT...]] [FILE]\n"
+    "reads a JSON problem from FILE or stdin, prints the decision as JSON\n"
+    "  --current SPLIT   the current split, replacing the problem's \"current\":\n"
+    "                    boundaries (0,3,8 or [0,3,8]; DeepSpeed's parts), a\n"
+    "                    Megatron layout (Et*2|t*3,L) or torchtitan's\n"
+    "                    module_fqns_per_model_part as JSON\n"
+    "  --layout-format   also print the decided split as torchtitan's\n"
+    "                    \"module_fqns_per_model_part\", Megatron's\n"
+    "                    \"pipeline_model_parallel_layout\" and/or DeepSpeed's \"parts\"\n"
+    "                    (torchtitan, megatron, deepspeed); layer 0 is the embedding,\n"
+    "                    the last the final norm + output head (docs/plan-formats.md)";
 
 int main(int argc, char** argv) {
   if (dynmo::cli::HandleHelpOrVersion(argc, argv, "dynmo-plan", kPlanUsage)) return 0;

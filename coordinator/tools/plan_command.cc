@@ -1,9 +1,11 @@
 #include "coordinator/tools/plan_command.h"
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "coordinator/core/measures.h"
 #include "coordinator/core/migration.h"
 #include "coordinator/core/repack.h"
@@ -97,11 +99,45 @@ absl::StatusOr<json> RepackedFirstFit(const PlanRequest& request,
   return out;
 }
 
+// --layout-format's comma-separated list, each format once.
+absl::StatusOr<std::vector<formats::PlanFormat>> LayoutFormats(absl::string_view list) {
+  std::vector<formats::PlanFormat> out;
+  for (absl::string_view name : absl::StrSplit(list, ',')) {
+    absl::StatusOr<formats::PlanFormat> f = formats::ParsePlanFormat(name);
+    if (!f.ok() || *f == formats::PlanFormat::kBoundaries) {
+      return Bad(absl::StrCat("--layout-format: unknown format '", name,
+                              "' (torchtitan, megatron, deepspeed)"));
+    }
+    if (std::find(out.begin(), out.end(), *f) != out.end()) {
+      return Bad(absl::StrCat("--layout-format names ", name, " twice"));
+    }
+    out.push_back(*f);
+  }
+  return out;
+}
+
+// Adds the decided boundaries in each requested format, under its key.
+absl::Status AddLayouts(const std::vector<formats::PlanFormat>& layout_formats,
+                        json& decision) {
+  if (layout_formats.empty()) return absl::OkStatus();
+  const core::Boundaries b = decision.at("boundaries").get<core::Boundaries>();
+  for (formats::PlanFormat f : layout_formats) {
+    absl::StatusOr<json> written = formats::WriteSplit(f, b);
+    if (!written.ok()) {
+      return Bad(absl::StrCat("--layout-format ", formats::PlanFormatName(f), ": ",
+                              written.status().message()));
+    }
+    decision[std::string(formats::PlanFormatKey(f))] = *std::move(written);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 const std::set<std::string>& PlanValueFlags() {
   static const auto* flags = new std::set<std::string>{
-      "method", "rounds", "tolerance", "repack-method", "target-stages"};
+      "method",        "rounds",  "tolerance",    "repack-method",
+      "target-stages", "current", "layout-format"};
   return *flags;
 }
 
@@ -139,6 +175,15 @@ absl::StatusOr<PlanRequest> PlanRequestFromArgs(const CliArgs& args) {
   if (request.repack && request.method != core::PartitionMethod::kOptimal) {
     return Bad("--repack re-partitions exactly: use --method optimal");
   }
+  request.current = args.Get("current");
+  if (std::optional<std::string> list = args.Get("layout-format")) {
+    absl::StatusOr<std::vector<formats::PlanFormat>> formats = LayoutFormats(*list);
+    if (!formats.ok()) return formats.status();
+    request.layout_formats = *std::move(formats);
+    if (request.repack && request.repack_method == "first-fit") {
+      return Bad("--layout-format writes boundaries; first-fit gives layer owners");
+    }
+  }
   return request;
 }
 
@@ -147,6 +192,13 @@ absl::StatusOr<json> DecidePlan(const PlanRequest& request,
   absl::StatusOr<formats::PlanProblem> problem =
       formats::ParsePlanProblem(problem_text);
   if (!problem.ok()) return Bad(problem.status().message());
+  if (request.current) {
+    absl::StatusOr<core::Boundaries> current = formats::ReadSplitText(
+        *request.current, {static_cast<int>(problem->model.layers.size()),
+                           static_cast<int>(problem->model.stages.size())});
+    if (!current.ok()) return Bad(absl::StrCat("--current: ", current.status().message()));
+    problem->current = *std::move(current);
+  }
   if (absl::Status st = core::ValidateModel(problem->model); !st.ok()) {
     return Bad(st.message());
   }
@@ -162,6 +214,7 @@ absl::StatusOr<json> DecidePlan(const PlanRequest& request,
   json out;
   out["method"] = core::PartitionMethodName(request.method);
   out.update(*decision);
+  if (absl::Status st = AddLayouts(request.layout_formats, out); !st.ok()) return st;
   return out;
 }
 

@@ -1,6 +1,7 @@
 // What `dynmo-plan` decides, apart from reading files and printing: its
 // flags read into a PlanRequest, and the decision for a problem's JSON text
-// as the JSON the tool prints. The CLI and the Python binding
+// as the JSON the tool prints, the decided split also in other trainers'
+// formats when asked (formats/plan_formats.h). The CLI and the Python binding
 // (python/_core) share it, so both validate alike and fail with the same
 // one-line messages (every error is INVALID_ARGUMENT).
 //
@@ -14,10 +15,12 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "coordinator/core/partition.h"
+#include "coordinator/formats/plan_formats.h"
 #include "coordinator/tools/cli_args.h"
 #include "nlohmann/json.hpp"
 
@@ -34,6 +37,12 @@ struct PlanRequest {
   std::string repack_method = "optimal";  // or "first-fit"
   std::optional<double> tolerance;    // --tolerance (optimal re-pack)
   std::optional<int> target_stages;   // --target-stages (first-fit)
+  // --current: the current split in any plan format (ReadSplitText); it
+  // replaces the problem's "current".
+  std::optional<std::string> current;
+  // --layout-format: the formats the decided split is also written in, each
+  // under its framework's key (PlanFormatKey).
+  std::vector<formats::PlanFormat> layout_formats;
 };
 
 // Reads and cross-checks the flags (positional arguments are ignored).

@@ -30,7 +30,9 @@ class Decision:
     Re-packing adds ``active_stages``, ``released_stages``, ``comm_split`` and
     ``reference_bottleneck``; diffusion adds ``diffusion_rounds`` and
     ``diffusion_converged``; first-fit gives ``layer_owner`` and
-    ``contiguous`` instead of boundaries and loads.
+    ``contiguous`` instead of boundaries and loads. ``layout_formats`` adds
+    the boundaries as torchtitan's ``module_fqns_per_model_part``, Megatron's
+    ``pipeline_model_parallel_layout`` and DeepSpeed's ``parts``.
     """
 
     method: str
@@ -51,6 +53,9 @@ class Decision:
     diffusion_converged: Optional[bool] = None
     layer_owner: Optional[List[int]] = None
     contiguous: Optional[bool] = None
+    module_fqns_per_model_part: Optional[List[List[str]]] = None
+    pipeline_model_parallel_layout: Optional[str] = None
+    parts: Optional[List[int]] = None
     raw: Dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
 
 
@@ -83,19 +88,36 @@ def _problem_text(problem: Problem) -> str:
     return json.dumps(problem)
 
 
+def _current_flag(current: Any) -> List[str]:
+    if current is None:
+        return []
+    # A string is a Megatron layout, comma-separated boundaries or JSON text;
+    # anything else (boundaries, torchtitan's FQN lists) is written as JSON.
+    return ["--current=" + (current if isinstance(current, str) else json.dumps(current))]
+
+
 def plan(problem: Problem, *, method: str = "optimal", rounds: Optional[int] = None,
          repack: bool = False, tolerance: Optional[float] = None,
          repack_method: Optional[str] = None,
-         target_stages: Optional[int] = None) -> Decision:
+         target_stages: Optional[int] = None, current: Any = None,
+         layout_formats: Union[None, str, Sequence[str]] = None) -> Decision:
     """Partitions (and with ``repack`` re-packs) a pipeline, like dynmo-plan.
 
     ``problem`` is the JSON object dynmo-plan reads (a dict, or its text):
     {"stages": S, "layers": [{"time": T, "params": P, "mem_bytes": M}, ...],
     "capacity_bytes": [...], "speed": [...], "current": [b0, ..., bS], ...}.
+    ``current`` (dynmo-plan's ``--current``) replaces the problem's current
+    split: boundaries, a Megatron layout string or torchtitan's
+    ``module_fqns_per_model_part``. ``layout_formats`` ("torchtitan",
+    "megatron", "deepspeed", or a list of them) also returns the decided
+    split in those formats (docs/plan-formats.md).
     """
+    if layout_formats is not None and not isinstance(layout_formats, str):
+        layout_formats = ",".join(layout_formats)
     flags = (_flag("method", method) + _flag("rounds", rounds) + _flag("repack", repack)
              + _flag("tolerance", tolerance) + _flag("repack-method", repack_method)
-             + _flag("target-stages", target_stages))
+             + _flag("target-stages", target_stages) + _current_flag(current)
+             + _flag("layout-format", layout_formats))
     raw = json.loads(_core.plan_json(_problem_text(problem), flags))
     fields = {k: v for k, v in raw.items() if k in Decision.__dataclass_fields__}
     fields["migrations"] = [

@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "coordinator/core/pipeline_sim.h"
+#include "coordinator/formats/plan_formats.h"
 #include "coordinator/tools/cli_args.h"
 #include "coordinator/tools/plan_command.h"
 #include "coordinator/tools/sim_command.h"
@@ -89,6 +90,28 @@ absl::StatusOr<std::string> ReplayJson(const std::vector<std::string>& flags) {
   return run->json.dump();
 }
 
+// A split written in the plan format `format`, as JSON text.
+absl::StatusOr<std::string> SplitWrite(const std::string& format,
+                                       const std::vector<int>& boundaries) {
+  absl::StatusOr<formats::PlanFormat> f = formats::ParsePlanFormat(format);
+  if (!f.ok()) return f.status();
+  absl::StatusOr<nlohmann::json> written = formats::WriteSplit(*f, boundaries);
+  if (!written.ok()) return written.status();
+  return written->dump();
+}
+
+// The boundaries of a split given as JSON text in the plan format `format`.
+absl::StatusOr<core::Boundaries> SplitRead(const std::string& format,
+                                           const std::string& value_json,
+                                           int num_layers, int num_stages) {
+  absl::StatusOr<formats::PlanFormat> f = formats::ParsePlanFormat(format);
+  if (!f.ok()) return f.status();
+  nlohmann::json value = nlohmann::json::parse(value_json, nullptr,
+                                               /*allow_exceptions=*/false);
+  if (value.is_discarded()) return absl::InvalidArgumentError("split is not valid JSON");
+  return formats::ReadSplit(*f, value, {num_layers, num_stages});
+}
+
 // Runs `f` without the GIL, then raises its error or returns its value.
 template <typename F>
 auto Unlocked(F f) {
@@ -123,6 +146,22 @@ void BindDecision(py::module_& m) {
         return Unlocked([&] { return ReplayJson(flags); });
       },
       py::arg("flags"), "dynmo-sim --trace/--scenario: the replay's JSON.");
+  m.def(
+      "split_write",
+      [](const std::string& format, const std::vector<int>& boundaries) {
+        return Unlocked([&] { return SplitWrite(format, boundaries); });
+      },
+      py::arg("format"), py::arg("boundaries"),
+      "Boundaries in a plan format (torchtitan, megatron, deepspeed), as JSON text.");
+  m.def(
+      "split_read",
+      [](const std::string& format, const std::string& value_json, int num_layers,
+         int num_stages) {
+        return Unlocked([&] { return SplitRead(format, value_json, num_layers, num_stages); });
+      },
+      py::arg("format"), py::arg("value_json"), py::arg("num_layers") = -1,
+      py::arg("num_stages") = -1,
+      "The boundaries of a split given in a plan format as JSON text; -1 infers a count.");
 }
 
 }  // namespace dynmo::python

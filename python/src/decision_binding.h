@@ -6,6 +6,12 @@
 //   plan_json(problem_json: str, flags: list[str]) -> str
 //   simulate_json(flags: list[str], gantt: bool) -> tuple[str, str | None]
 //   replay_json(flags: list[str]) -> str
+//   split_write(format: str, boundaries: list[int]) -> str
+//   split_read(format: str, value_json: str, num_layers=-1, num_stages=-1) -> list[int]
+//
+// split_* are the plan formats' codec (coordinator/formats/plan_formats.h):
+// a split as torchtitan, Megatron or DeepSpeed take it, to and from
+// boundaries, as JSON text.
 //
 // Errors raise InvalidArgumentError (status_error.h). The GIL is released
 // while the core computes.

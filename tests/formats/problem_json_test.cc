@@ -59,5 +59,21 @@ TEST(ParsePlanProblem, ErrorsNameTheField) {
   }
 }
 
+TEST(ParsePlanProblem, CurrentMayBeGivenInAnotherTrainersFormat) {
+  // 4 layers: embedding, two blocks, head; 2 stages.
+  const std::string head = R"({"stages":2,"layers":[{"time":1},{"time":1},{"time":1},{"time":1}],)";
+  for (const char* current :
+       {R"("current":"Et|t,L")", R"("current":{"parts":[0,2,4]})",
+        R"("current":[["tok_embeddings","layers.0"],["layers.1","norm","output"]])"}) {
+    auto p = ParsePlanProblem(head + current + "}");
+    ASSERT_TRUE(p.ok()) << current << ": " << p.status();
+    EXPECT_EQ(*p->current, (core::Boundaries{0, 2, 4})) << current;
+  }
+  auto bad = ParsePlanProblem(head + R"("current":"Et|t|L"})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(),
+            "\"current\": Megatron layout \"Et|t|L\" has 3 stages; the model has 2");
+}
+
 }  // namespace
 }  // namespace dynmo::formats

@@ -104,6 +104,37 @@ TEST(DynmoPlanCli, ReadsAProblemFile) {
   EXPECT_EQ(nlohmann::json::parse(r.out)["boundaries"], nlohmann::json::parse("[0,3,4]"));
 }
 
+// kProblem's 4 layers read as embedding, two blocks and head.
+TEST(DynmoPlanCli, WritesTheDecidedSplitInEveryLayoutFormat) {
+  PlanRun r = Plan("--layout-format torchtitan,megatron,deepspeed", kProblem);
+  ASSERT_EQ(r.status, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["boundaries"], nlohmann::json::parse("[0,3,4]"));
+  EXPECT_EQ(j["module_fqns_per_model_part"], nlohmann::json::parse(
+      R"([["tok_embeddings","layers.0","layers.1"],["norm","output"]])"));
+  EXPECT_EQ(j["pipeline_model_parallel_layout"], "Et*2|L");
+  EXPECT_EQ(j["parts"], nlohmann::json::parse("[0,3,4]"));
+  PlanRun plain = Plan("", kProblem);
+  EXPECT_FALSE(nlohmann::json::parse(plain.out).contains("parts"));
+}
+
+TEST(DynmoPlanCli, CurrentInAnyFormatPlansTheSameMigrations) {
+  // kProblem's own "current" is [0,1,4]; --current replaces it.
+  PlanRun want = Plan("", kProblem);
+  ASSERT_EQ(want.status, 0) << want.err;
+  for (const char* current :
+       {"0,1,4", "'E|t*2,L'", "'[0,1,4]'",
+        R"('[["tok_embeddings"],["layers.0","layers.1","norm","output"]]')"}) {
+    PlanRun r = Plan(std::string("--current ") + current,
+                     R"({"stages":2,
+  "layers":[{"time":1,"params":10,"mem_bytes":5},{"time":1,"params":10,"mem_bytes":5},
+            {"time":1,"params":10,"mem_bytes":5},{"time":3,"params":30,"mem_bytes":5}],
+  "current":[0,2,4]})");
+    ASSERT_EQ(r.status, 0) << current << ": " << r.err;
+    EXPECT_EQ(nlohmann::json::parse(r.out), nlohmann::json::parse(want.out)) << current;
+  }
+}
+
 struct BadCase {
   const char* name;
   const char* args;
@@ -131,6 +162,22 @@ TEST(DynmoPlanCli, BadInputExitsTwoWithOneClearLine) {
       {"missing file", "/nonexistent/problem.json", "", "cannot read"},
       {"tolerance without repack", "--tolerance 0.1", R"({"stages":1,"layers":[{"time":1}]})",
        "--repack"},
+      {"megatron mtp", "--current 'Et|m|L'", kProblem, "MTP layers ('m')"},
+      {"megatron malformed", "--current 'Et*|L'", kProblem, "no repeat count"},
+      {"megatron stage count", "--current 'E|t|t|L'", kProblem, "has 4 stages; the model has 2"},
+      {"torchtitan unknown module", R"(--current '[["tok_embeddings","layers.0"],["blocks.1","norm","output"]]')",
+       kProblem, "unknown module 'blocks.1'"},
+      {"torchtitan layer twice", R"(--current '[["tok_embeddings","layers.0"],["layers.0","layers.1","norm","output"]]')",
+       kProblem, "'layers.0' is in model parts 0 and 1"},
+      {"torchtitan not contiguous", R"(--current '[["tok_embeddings","layers.1"],["layers.0","norm","output"]]')",
+       kProblem, "not contiguous"},
+      {"deepspeed parts", "--current '{\"parts\":[0,4]}'", kProblem, "2 stages need 3"},
+      {"problem current in megatron", "",
+       R"({"stages":2,"layers":[{"time":1},{"time":1}],"current":"E|t|L"})", "\"current\": Megatron"},
+      {"unknown layout format", "--layout-format megatron,pipedream", kProblem, "'pipedream'"},
+      {"layout format twice", "--layout-format megatron,megatron", kProblem, "twice"},
+      {"layout of first-fit", "--repack --repack-method first-fit --layout-format deepspeed",
+       kProblem, "first-fit gives layer owners"},
   };
   for (const BadCase& c : cases) {
     PlanRun r = Plan(c.args, c.input);
