@@ -37,6 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import llama_model as lm  # noqa: E402
 from gpt_data import corpus, micro_batch  # noqa: E402
+from dynmo import plan_formats  # noqa: E402
 from dynmo.pipelining import DynamicPipeline  # noqa: E402  # DynMo
 
 
@@ -173,6 +174,14 @@ def main(argv: Optional[List[str]] = None) -> int:
                       flush=True)
                 if log:
                     log.write(json.dumps(record) + "\n")
+        if pipe.is_reporter:
+            # The split to carry into a job that never runs DynMo.
+            b = pipe.boundaries
+            print(f"llama_pipelining: final split {','.join(map(str, b))}; torchtitan "
+                  f"module_fqns_per_model_part={json.dumps(plan_formats.to_torchtitan(b))}; "
+                  f"Megatron pipeline_model_parallel_layout="
+                  f"{plan_formats.to_megatron(b)!r}; DeepSpeed parts="
+                  f"{plan_formats.to_deepspeed(b)}", flush=True)
     finally:
         if log:
             log.close()

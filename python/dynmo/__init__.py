@@ -15,10 +15,11 @@ from dynmo.coordinator import LocalCoordinator, find_coordinator_binary
 from dynmo.decision import Decision, SimResult, plan, replay, simulate
 from dynmo.errors import *  # noqa: F401,F403  (the exception classes)
 from dynmo.errors import __all__ as _errors
+from dynmo import plan_formats  # noqa: F401  (torchtitan / Megatron / DeepSpeed splits)
 from dynmo.types import AgentStats, CommSplit, LayerCost, LayerMove, Plan
 
 __all__ = [
     "Agent", "AgentStats", "CommSplit", "Decision", "LayerCost", "LayerMove",
     "LocalCoordinator", "Plan", "SimResult", "__version__", "find_coordinator_binary",
-    "plan", "replay", "set_policy", "simulate", *_errors,
+    "plan", "plan_formats", "replay", "set_policy", "simulate", *_errors,
 ]

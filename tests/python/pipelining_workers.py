@@ -82,6 +82,7 @@ def train(rank, world, init_file, out_dir, cfg):
         dist.destroy_process_group()
         return
     plans = {int(k): v for k, v in cfg.get("plans", {}).items()}
+    record["layers"] = pipe.layout.num_layers
     epoch = 0
     for step in range(cfg["steps"]):
         if step in plans:
@@ -91,6 +92,8 @@ def train(rank, world, init_file, out_dir, cfg):
                 record["moved"] += pipe.apply_plan(plan)
             except ValueError as e:
                 record["errors"].append(str(e))
+        if step == cfg.get("kill_coordinator_at") and pipe._local_coordinator is not None:
+            pipe._local_coordinator.stop()  # the coordinator vanishes mid-run
         applied = pipe.begin_iteration(step)
         if applied is not None:
             record["plans"].append([step, list(applied.boundaries)])

@@ -37,3 +37,111 @@ def weights(records):
 def same_training(a, b):
     assert losses(a) == losses(b)
     assert weights(a) == weights(b)
+
+
+_static = {}
+
+
+def static_run(cfg, world):
+    """The static run of ``cfg`` (cached: several tests compare with it)."""
+    key = json.dumps(cfg, sort_keys=True)
+    if key not in _static:
+        _static[key] = run(cfg, world)
+    return _static[key]
+
+
+# Two moves per run: layers go one way, then come back further the other.
+TWO_STAGES = {"1": [[0, 4, 8], [0, 2, 8]], "3": [[0, 2, 8], [0, 6, 8]]}
+FOUR_STAGES = {"1": [[0, 2, 4, 6, 8], [0, 1, 4, 7, 8]], "3": [[0, 1, 4, 7, 8], [0, 3, 5, 6, 8]]}
+
+
+@pytest.mark.parametrize("schedule,plans", [
+    ("GPipe", TWO_STAGES), ("1F1B", TWO_STAGES),
+    ("Interleaved1F1B", FOUR_STAGES), ("InterleavedZeroBubble", FOUR_STAGES)])
+def test_migrations_both_ways_train_bit_identically(schedule, plans):
+    cfg = dict(schedule=schedule, pp=2, steps=4)
+    static = static_run(cfg, 2)
+    moved = run(dict(cfg, plans=plans), 2)
+    assert all(not r["errors"] for r in moved), [r["errors"] for r in moved]
+    final = plans["3"][1]
+    assert all(r["boundaries"][-1] == final for r in moved)
+    assert all(r["boundaries"][0] != final for r in moved)
+    assert sum(r["moved"] for r in moved) > 0
+    same_training(static, moved)
+    assert all(r["opt_groups"] == 1 for r in moved)  # the scheduler's groups stay aligned
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adagrad"])
+def test_any_optimizers_state_travels(optimizer):
+    cfg = dict(schedule="1F1B", pp=2, steps=4, optimizer=optimizer)
+    same_training(static_run(cfg, 2), run(dict(cfg, plans=TWO_STAGES), 2))
+
+
+def test_data_parallel_replicas_apply_the_same_plan_with_freezing():
+    # pp 2 x dp 2: DDP per stage, rebuilt after the moves and when freezing
+    # changes which parameters train.
+    cfg = dict(schedule="1F1B", pp=2, dp=2, steps=6, dynamism="freezing")
+    static = static_run(cfg, 4)
+    moved = run(dict(cfg, plans={"2": [[0, 4, 8], [0, 2, 8]], "4": [[0, 2, 8], [0, 5, 8]]}), 4)
+    assert all(r["boundaries"][-1] == [0, 5, 8] for r in moved)
+    assert len({k for k, d, _ in losses(moved) if d == 1}) == 6  # replica 1 trained too
+    same_training(static, moved)
+
+
+def test_repack_releases_a_rank_and_training_goes_on_identically():
+    cfg = dict(schedule="1F1B", pp=3, steps=4)  # even start: 0,2,5,8
+    static = static_run(cfg, 3)
+    packed = run(dict(cfg, plans={"2": [[0, 2, 5, 8], [0, 4, 8], [0, 1, 2], [0, 1], [2]]}), 3)
+    assert [r["released"] for r in packed] == [False, False, True]
+    assert packed[0]["boundaries"][-1] == [0, 4, 8]
+    assert losses(packed) == losses(static)
+    # Every layer's final weights, wherever they ended up.
+    assert weights(packed) == weights(static)
+    assert packed[2]["weights"] == {}
+
+
+def test_a_plan_naming_a_missing_layer_changes_nothing():
+    cfg = dict(schedule="1F1B", pp=2, steps=4)
+    bad = run(dict(cfg, plans={"1": [[0, 4, 8], [0, 4, 9]]}), 2)
+    assert all("lacks" in r["errors"][0] or "boundaries" in r["errors"][0] for r in bad), \
+        [r["errors"] for r in bad]
+    assert all(r["boundaries"][-1] == [0, 4, 8] for r in bad)
+    same_training(static_run(cfg, 2), bad)
+
+
+def test_embedded_coordinator_rebalances_a_skewed_start_and_survives_its_loss():
+    cfg = dict(schedule="1F1B", pp=2, steps=14, boundaries=[0, 7, 8])
+    static = static_run(cfg, 2)
+    live = run(dict(cfg, coordinator="embedded", policy={"trigger": "every:2"}), 2)
+    assert all(not r["errors"] for r in live)
+    assert live[0]["plans"], "no plan applied"
+    assert live[0]["boundaries"][-1] != [0, 7, 8]
+    same_training(static, live)
+    # The coordinator dies at iteration 1, before any plan: training goes on
+    # statically, unchanged.
+    lost = run(dict(cfg, coordinator="embedded", policy={"trigger": "every:2"},
+                    kill_coordinator_at=1), 2)
+    assert all(r["boundaries"][-1] == [0, 7, 8] for r in lost)
+    same_training(static, lost)
+
+
+def test_bad_input_is_one_clear_error():
+    from torch import nn
+    from dynmo.pipelining import ModelLayout, schedule_class
+
+    class NotTorchtitan(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleList([nn.Linear(2, 2)])
+
+    with pytest.raises(TypeError, match="must be an nn.ModuleDict keyed by layer id"):
+        ModelLayout(NotTorchtitan())
+    with pytest.raises(ValueError, match="Unknown schedule name 'Zigzag'"):
+        schedule_class("Zigzag")
+    with pytest.raises(ValueError, match="abstract base class"):
+        schedule_class("PipelineScheduleMulti")
+    records = run(dict(schedule="ZBVZeroBubble", pp=2, steps=1), 2)
+    assert all("cannot run over Gloo" in r["errors"][0] for r in records)
+    records = run(dict(schedule="1F1B", pp=2, steps=1, boundaries=[0, 8, 8]), 2)
+    assert all("boundaries 0,8,8 must be 3 increasing integers" in r["errors"][0]
+               for r in records)

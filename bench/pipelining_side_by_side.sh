@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# DynMo under torch.distributed.pipelining, side by side on this machine:
+# examples/torch/llama_pipelining.py (a torchtitan-layout Llama, 2 pipeline
+# ranks under torchrun, each pinned to its own core, Gloo) run
+#   static     from a skewed split (default 0,9,10: the embedding and all 8
+#              blocks on rank 0, the head alone on rank 1), no coordinator;
+#   dynmo      the same start with the embedded coordinator (trigger auto,
+#              its default), which re-splits the running job live;
+# then the overhead A/B of DynMo's per-layer hooks: the static run with and
+# without them, alternated REPS times (default 3) in this one invocation.
+# The dynamic case (DYNAMISM, default freezing) changes per-layer cost while
+# it runs. Prints the table (scripts/dynmo-report: tokens/s, imbalance,
+# bubble, plans, bytes moved, final loss — identical) and draws
+# out/pipelining.svg; records: out/pipelining-*.jsonl.
+#
+#   bash bench/pipelining_side_by_side.sh [BUILD_DIR] [extra example flags...]
+#
+# Needs BUILD_DIR (default build) to hold the dynmo Python package and
+# dynmo-coordinator (ninja -C build dynmo_python dynmo-coordinator) and the
+# torch venv of scripts/install-torch.sh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build="${1:-build}"
+shift || true
+venv="$(bash scripts/install-torch.sh | tail -n 1)"
+export PYTHONPATH="$PWD/$build/python" DYNMO_BIN_DIR="$PWD/$build/bin" OMP_NUM_THREADS=1
+steps="${STEPS:-80}"
+start="${START:-0,9,10}"
+reps="${REPS:-3}"
+mkdir -p out
+job=(--schedule "${SCHEDULE:-1F1B}" --steps "$steps" --layers 8 --dim 128 --seq_len 64
+     --microbatches 8 --micro_batch 4 --initial_boundaries "$start"
+     --dynamism "${DYNAMISM:-freezing}")
+
+run() {  # NAME [example flags...]
+  local name=$1
+  shift
+  echo "== $name" >&2
+  # One core per rank: LOCAL_RANK picks it.
+  "$venv/bin/torchrun" --standalone --nproc-per-node 2 --no-python \
+    sh -c 'exec taskset -c "$LOCAL_RANK" "$0" "$@"' "$venv/bin/python" \
+    examples/torch/llama_pipelining.py "${job[@]}" --log_json "out/pipelining-$name.jsonl" \
+    "$@" >"out/pipelining-$name.log" 2>&1 || { tail -20 "out/pipelining-$name.log"; exit 1; }
+}
+
+run static --coordinator none "$@"
+run dynmo --coordinator embedded --trigger auto "$@"
+echo
+python3 scripts/dynmo-report --svg out/pipelining.svg \
+  "static ($start)=out/pipelining-static.jsonl" "DynMo ($start)=out/pipelining-dynmo.jsonl"
+python3 - out/pipelining-static.jsonl out/pipelining-dynmo.jsonl <<'PY'
+import json, sys
+a, b = ([json.loads(l)["loss"] for l in open(p)] for p in sys.argv[1:3])
+print(f"losses identical over {len(a)} iterations: {a == b}")
+PY
+
+# The hooks' overhead: the same static job with and without DynMo's
+# per-layer timing, alternated so both see the same machine.
+ab=()
+for i in $(seq 1 "$reps"); do
+  run "hooks-on-$i" --coordinator none "$@"
+  run "hooks-off-$i" --coordinator none --no_timing "$@"
+  ab+=("out/pipelining-hooks-on-$i.jsonl" "out/pipelining-hooks-off-$i.jsonl")
+done
+python3 - "${ab[@]}" <<'PY'
+import json, statistics, sys
+def iteration_s(path):  # median iteration time, warm-up (2) left out
+    return statistics.median(json.loads(l)["iteration_s"] for l in list(open(path))[2:])
+on = [iteration_s(p) for p in sys.argv[1::2]]
+off = [iteration_s(p) for p in sys.argv[2::2]]
+print("hooks on  (s/iteration, per pair):", " ".join(f"{x:.4f}" for x in on))
+print("hooks off (s/iteration, per pair):", " ".join(f"{x:.4f}" for x in off))
+print(f"overhead of the per-layer hooks: {100 * (statistics.median(on) / statistics.median(off) - 1):+.1f}% "
+      f"(median of {len(on)} pairs)")
+PY
