@@ -69,6 +69,12 @@ def test_migrations_both_ways_train_bit_identically(schedule, plans):
     assert sum(r["moved"] for r in moved) > 0
     same_training(static, moved)
     assert all(r["opt_groups"] == 1 for r in moved)  # the scheduler's groups stay aligned
+    # Every layer a rank holds is timed; zero-bubble schedules time W apart.
+    assert sorted(i for r in moved for i in r["layer_s"]) == list(range(moved[0]["layers"]))
+    if "ZeroBubble" in schedule:
+        assert sum(r["wgrad_s"] for r in moved) > 0
+    else:
+        assert all(r["wgrad_s"] == 0 for r in moved)
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adagrad"])

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import logging
 import socket
-import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
@@ -160,7 +159,8 @@ class DynamicPipeline:
         self._timing = timing
         self.timer = LayerTimer(self.device, measure_activations=measure_activations)
         self.layer_seconds: Dict[int, float] = {}  # the last iteration's, per layer
-        self._wgrad_s: Dict[int, float] = {}
+        self._wgrad_marks: List[tuple] = []  # (start, end, layer shares) per W action
+        self.weight_gradient_seconds: Dict[int, float] = {}
         self._build()
         self._agents: Dict[int, Any] = {}
         self._local_coordinator = None
@@ -231,8 +231,8 @@ class DynamicPipeline:
     def end_iteration(self, iteration: int) -> None:
         """Reports this iteration's per-layer costs (after optimizer.step)."""
         timings = self.timer.collect()
-        wgrad = self._wgrad_s
-        self._wgrad_s = {}
+        wgrad = self._collect_weight_gradients()
+        self.weight_gradient_seconds = wgrad  # the last iteration's W time, per layer
         self.layer_seconds = {i: t.fwd_s + t.bwd_s + wgrad.get(i, 0.0)
                               for i, t in timings.items()}
         if not self._agents or self.released:
@@ -445,29 +445,36 @@ class DynamicPipeline:
         return tuple(p.requires_grad for p in self.parts.parameters())
 
     def _time_weight_gradients(self, stage: PipelineStage) -> None:
-        """Times the schedule's W actions of ``stage`` and shares each among its
-        layers in proportion to their parameter counts (weight-gradient work
-        scales with the weights)."""
+        """Times the schedule's W actions of ``stage`` with the layer timer's
+        clock (CUDA events on a GPU: no host sync; read in end_iteration)
+        and shares each among its layers in proportion to their parameter
+        counts (weight-gradient work scales with the weights)."""
         layers = list(self._range(self.stage_ids[stage.stage_index]))
         sizes = {i: sum(p.numel() for m in self.parts.held[i] for p in m.parameters())
                  for i in layers}
         total = float(sum(sizes.values())) or 1.0
+        shares = [(i, sizes[i] / total) for i in layers]
         inner = stage.backward_weight_one_chunk
-        cuda = self.device.type == "cuda"
+        clock = self.timer.clock
 
         def timed(*args, **kwargs):
-            if cuda:
-                torch.cuda.synchronize(self.device)
-            start = time.perf_counter()
+            start = clock.mark()
             out = inner(*args, **kwargs)
-            if cuda:
-                torch.cuda.synchronize(self.device)
-            spent = time.perf_counter() - start
-            for i in layers:
-                self._wgrad_s[i] = self._wgrad_s.get(i, 0.0) + spent * sizes[i] / total
+            self._wgrad_marks.append((start, clock.mark(), shares))
             return out
 
         stage.backward_weight_one_chunk = timed
+
+    def _collect_weight_gradients(self) -> Dict[int, float]:
+        marks, self._wgrad_marks = self._wgrad_marks, []
+        out: Dict[int, float] = {}
+        if not marks:
+            return out
+        seconds = self.timer.clock.seconds([(a, b) for a, b, _ in marks])
+        for spent, (_, _, shares) in zip(seconds, marks):
+            for layer, share in shares:
+                out[layer] = out.get(layer, 0.0) + spent * share
+        return out
 
     def _resident(self, layer: int) -> int:
         total = 0

@@ -69,6 +69,7 @@ class LayerTimer:
                  measure_activations: bool = True) -> None:
         device = torch.device(device) if device is not None else torch.device("cpu")
         self._clock = _CudaClock(device) if device.type == "cuda" else _CpuClock()
+        self.clock = self._clock  # mark() / seconds(pairs): for timing other work alike
         self._measure_activations = measure_activations
         self._handles: List[torch.utils.hooks.RemovableHandle] = []
         self._reset()
