@@ -37,6 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import llama_model as lm  # noqa: E402
 from gpt_data import corpus, micro_batch  # noqa: E402
+from gpt_pipeline import resolve_device  # noqa: E402
 from dynmo import plan_formats  # noqa: E402
 from dynmo.pipelining import DynamicPipeline  # noqa: E402  # DynMo
 
@@ -80,15 +81,6 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     if args.no_timing and args.coordinator != "none":
         p.error("--no_timing needs --coordinator none (DynMo decides from the timings)")
     return args
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda":
-        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) %
-                            max(torch.cuda.device_count(), 1))
-    return torch.device(name)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

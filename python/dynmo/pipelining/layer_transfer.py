@@ -37,6 +37,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from dynmo.torch.migration import send_tensors
+
 _WITH_PARAM, _ON_CPU = 0, 1
 
 
@@ -100,16 +102,12 @@ def send_layer(modules: Sequence[nn.Module], optimizer: Optional[torch.optim.Opt
     dist.send(torch.tensor([payload.numel()], dtype=torch.int64, device=device), dst,
               group=group)
     dist.send(payload, dst, group=group)
-    sent = 0
     tensors = [p.detach() for p in params] + [b.detach() for b in _buffers(modules)]
     for p, s in zip(params, states):
         for key in sorted(s):
             if isinstance(s[key], torch.Tensor):
                 tensors.append(s[key].to(p.device))
-    for t in tensors:
-        t = t.contiguous()
-        dist.send(t, dst, group=group)
-        sent += t.numel() * t.element_size()
+    sent = send_tensors(tensors, dst, group)
     if optimizer is not None:
         forget_parameters(optimizer, params)
     return sent

@@ -57,19 +57,26 @@ def send_layer(module: nn.Module, optimizer: Optional[torch.optim.Optimizer], ds
     header = torch.tensor([_step_code(s) for s in states], dtype=torch.int64,
                           device=_wire_device(module))
     dist.send(header, dst, group=group)
-    sent = 0
     tensors: List[torch.Tensor] = [p.detach() for p in params]
     tensors += [b.detach() for b in module.buffers()]
     for s in states:
         if s:
             tensors += [s[k] for k in _STATE_KEYS]
             tensors.append(s["step"].to(header.device))
+    sent = send_tensors(tensors, dst, group)
+    if optimizer is not None:
+        forget_parameters(optimizer, params)
+    return sent
+
+
+def send_tensors(tensors: List[torch.Tensor], dst: int,
+                 group: Optional[dist.ProcessGroup] = None) -> int:
+    """Sends each tensor as it is (contiguous); returns the bytes sent."""
+    sent = 0
     for t in tensors:
         t = t.contiguous()
         dist.send(t, dst, group=group)
         sent += t.numel() * t.element_size()
-    if optimizer is not None:
-        forget_parameters(optimizer, params)
     return sent
 
 
