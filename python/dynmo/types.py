@@ -11,7 +11,7 @@ Stage ids are ORIGINAL pipeline ranks; ``boundaries`` are over
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +69,9 @@ class Plan:
     reason: str
     decided_unix_nanos: int
     commit_with_prepare: bool
+    # Set only by a re-shaping plan: {"pipeline_size", "data_parallel_size",
+    # "copy_bytes"} (proto dynmo.v1.Reshape); None otherwise.
+    reshape: Optional[Dict[str, int]] = None
 
     @staticmethod
     def from_dict(d: Dict[str, Any]) -> "Plan":

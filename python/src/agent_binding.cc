@@ -72,6 +72,15 @@ py::dict PlanToDict(const dynmo::v1::Plan& p) {
   d["reason"] = p.reason();
   d["decided_unix_nanos"] = p.decided_unix_nanos();
   d["commit_with_prepare"] = p.commit_with_prepare();
+  if (p.has_reshape()) {
+    py::dict r;
+    r["pipeline_size"] = p.reshape().pipeline_size();
+    r["data_parallel_size"] = p.reshape().data_parallel_size();
+    r["copy_bytes"] = p.reshape().copy_bytes();
+    d["reshape"] = r;
+  } else {
+    d["reshape"] = py::none();
+  }
   return d;
 }
 

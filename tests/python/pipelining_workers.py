@@ -22,7 +22,7 @@ def owners(boundaries, stages):
             for i in range(boundaries[k], boundaries[k + 1])}
 
 
-def make_plan(epoch, old, new, stages=None, active=None, released=()):
+def make_plan(epoch, old, new, stages=None, active=None, released=(), reshape=None):
     """The plan that turns layout ``old`` (over ``stages``) into ``new``
     (over ``active``), moving every layer whose owner changes."""
     stages = list(stages if stages is not None else range(len(old) - 1))
@@ -34,7 +34,7 @@ def make_plan(epoch, old, new, stages=None, active=None, released=()):
                 active_stages=active, released_stages=list(released), migrations=moves,
                 split=[], migration_bytes=0, predicted_bottleneck_s=0.0,
                 previous_bottleneck_s=0.0, reason="test", decided_unix_nanos=0,
-                commit_with_prepare=False)
+                commit_with_prepare=False, reshape=reshape)
 
 
 def batch(step, rows, seq, vocab):

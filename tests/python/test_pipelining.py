@@ -57,7 +57,8 @@ FOUR_STAGES = {"1": [[0, 2, 4, 6, 8], [0, 1, 4, 7, 8]], "3": [[0, 1, 4, 7, 8], [
 
 @pytest.mark.parametrize("schedule,plans", [
     ("GPipe", TWO_STAGES), ("1F1B", TWO_STAGES),
-    ("Interleaved1F1B", FOUR_STAGES), ("InterleavedZeroBubble", FOUR_STAGES)])
+    ("Interleaved1F1B", FOUR_STAGES), ("LoopedBFS", FOUR_STAGES),
+    ("InterleavedZeroBubble", FOUR_STAGES)])
 def test_migrations_both_ways_train_bit_identically(schedule, plans):
     cfg = dict(schedule=schedule, pp=2, steps=4)
     static = static_run(cfg, 2)
@@ -113,6 +114,14 @@ def test_a_plan_naming_a_missing_layer_changes_nothing():
         [r["errors"] for r in bad]
     assert all(r["boundaries"][-1] == [0, 4, 8] for r in bad)
     same_training(static_run(cfg, 2), bad)
+
+
+def test_a_reshape_plan_is_refused_and_changes_nothing():
+    cfg = dict(schedule="1F1B", pp=2, steps=3)
+    reshape = {"pipeline_size": 1, "data_parallel_size": 2, "copy_bytes": 0}
+    refused = run(dict(cfg, plans={"1": [[0, 4, 8], [0, 4, 8], None, None, (), reshape]}), 2)
+    assert all("re-shaping to pp 1 x dp 2 needs a restart" in r["errors"][0] for r in refused)
+    same_training(static_run(cfg, 2), refused)
 
 
 def test_embedded_coordinator_rebalances_a_skewed_start_and_survives_its_loss():

@@ -300,8 +300,10 @@ class DynamicPipeline:
     def check_plan(self, plan: Plan) -> str:
         """Why ``plan`` cannot apply to this job ("" when it can). Pure:
         every rank reaches the same answer."""
-        if getattr(plan, "reshape", None):
-            return "re-shape plans need a restart under torch.distributed.pipelining"
+        if plan.reshape:
+            return (f"re-shaping to pp {plan.reshape['pipeline_size']} x dp "
+                    f"{plan.reshape['data_parallel_size']} needs a restart under "
+                    f"torch.distributed.pipelining (docs/python.md)")
         L = self.layout.num_layers
         active = list(plan.active_stages)
         if not active or any(s not in self.stage_ids for s in active):
