@@ -159,6 +159,13 @@ class DynamicPipeline:
         self._timing = timing
         self.timer = LayerTimer(self.device, measure_activations=measure_activations)
         self.layer_seconds: Dict[int, float] = {}  # the last iteration's, per layer
+        # Activation bytes per layer and micro-batch, counted on sampled
+        # iterations only (a Python hook per saved tensor costs ~5% of a
+        # small model's step): the first after each build, then every
+        # ``activation_sample_every``.
+        self.activation_sample_every = 16
+        self._activation_bytes: Dict[int, int] = {}
+        self._sample_activations = measure_activations
         self._wgrad_marks: List[tuple] = []  # (start, end, layer shares) per W action
         self.weight_gradient_seconds: Dict[int, float] = {}
         self._build()
@@ -209,6 +216,12 @@ class DynamicPipeline:
         """Applies the committed plan due at ``iteration`` when every rank
         holds it; returns the plan applied (else None). Collective."""
         self.last_moved_bytes = 0
+        plan = self._apply_due_plan(iteration)
+        self.timer.measure_activations = self._sample_activations and (
+            not self._activation_bytes or iteration % self.activation_sample_every == 0)
+        return plan
+
+    def _apply_due_plan(self, iteration: int) -> Optional[Plan]:
         if not self._agents or self.released:
             return None
         plans = [a.plan_to_apply_at(iteration) for a in self._agents.values()]
@@ -235,6 +248,9 @@ class DynamicPipeline:
         self.weight_gradient_seconds = wgrad  # the last iteration's W time, per layer
         self.layer_seconds = {i: t.fwd_s + t.bwd_s + wgrad.get(i, 0.0)
                               for i, t in timings.items()}
+        if self.timer.measure_activations:
+            self._activation_bytes = {i: t.activation_bytes // self.n_microbatches
+                                      for i, t in timings.items()}
         if not self._agents or self.released:
             return
         m = self.n_microbatches
@@ -248,7 +264,7 @@ class DynamicPipeline:
                     layer=layer, fwd_s=t.fwd_s / m if t else 0.0,
                     bwd_s=t.bwd_s / m if t else 0.0, wgrad_s=wgrad.get(layer, 0.0) / m,
                     params=params, resident_bytes=self._resident(layer),
-                    activation_bytes=t.activation_bytes // m if t else 0))
+                    activation_bytes=self._activation_bytes.get(layer, 0)))
             agent.report(iteration, costs, memory_used_bytes=self._memory_used(costs))
 
     @property
@@ -406,6 +422,7 @@ class DynamicPipeline:
             stages.append(PipelineStage(self._data_parallel(chunk), position, topo.num_stages,
                                         self.device, group=topo.pp_group))
         self.pipeline_stages = stages
+        self._activation_bytes = {}  # the layers changed: sample anew
         self._grad_signature = self._requires_grad_signature()
         if self._timing:
             self.timer.attach(timed)

@@ -70,7 +70,9 @@ class LayerTimer:
         device = torch.device(device) if device is not None else torch.device("cpu")
         self._clock = _CudaClock(device) if device.type == "cuda" else _CpuClock()
         self.clock = self._clock  # mark() / seconds(pairs): for timing other work alike
-        self._measure_activations = measure_activations
+        # Counting saved bytes runs a Python hook per saved tensor; a caller
+        # may switch it off between samples (dynmo.pipelining does).
+        self.measure_activations = measure_activations
         self._handles: List[torch.utils.hooks.RemovableHandle] = []
         self._reset()
 
@@ -128,7 +130,7 @@ class LayerTimer:
                     if t.requires_grad:
                         t.register_hook(self._bwd_end(layer, slot))
                         break
-            if self._measure_activations and torch.is_grad_enabled():
+            if self.measure_activations and torch.is_grad_enabled():
                 ctx = torch.autograd.graph.saved_tensors_hooks(self._pack(layer), _unpack)
                 ctx.__enter__()
                 self._saving.setdefault(layer, []).append(ctx)
