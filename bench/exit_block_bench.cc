@@ -1,8 +1,8 @@
 // dynmo-bench-exit-block: what early exit saves in one decoder block. Times
-// one forward + backward of a block (trainer/decoder_block.h) with every
+// one forward + backward of a block (trainer/model/decoder_block.h) with every
 // token in flight (the dense path, as a block before any exit point runs)
 // and with a fraction of each sequence's tokens in flight (CALM's recipe,
-// trainer/dynamism/early_exit.h: keys and values of every token, the rest
+// trainer/model/early_exit.h: keys and values of every token, the rest
 // for the tokens in flight only).
 //
 //   dynmo-bench-exit-block [--hidden 512,1024] [--heads 8] [--seq_len 256]
@@ -25,9 +25,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "bench/median.h"
-#include "trainer/decoder_block.h"
-#include "trainer/gpt_layers.h"
-#include "trainer/make_layer.h"
+#include "trainer/model/decoder_block.h"
+#include "trainer/model/gpt_layers.h"
+#include "trainer/model/make_layer.h"
 
 using namespace dynmo::trainer;  // NOLINT: a benchmark's main
 

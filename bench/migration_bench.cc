@@ -8,7 +8,7 @@
 //   {"layer_bytes":..,"payload_bytes":..,"migration_bytes_per_s":..,
 //    "plain_send_bytes_per_s":..,"ratio":..,"encode_s":..,"decode_restore_s":..}
 // A migration is SendLayer -> RecvLayer of one decoder block with its AdamW
-// state (trainer/layer_migration.h: the header, then every tensor sent as
+// state (trainer/state/layer_migration.h: the header, then every tensor sent as
 // it is and received into a fresh tensor, restored onto a fresh layer); the
 // plain send is one uint8 tensor of the same byte count (the file
 // encoding's size) over the same Transport. Times are medians over --reps,
@@ -29,9 +29,9 @@
 #include "absl/strings/str_cat.h"
 #include "bench/median.h"
 #include "nlohmann/json.hpp"
-#include "trainer/dist_env.h"
-#include "trainer/layer_migration.h"
-#include "trainer/transport.h"
+#include "trainer/comm/dist_env.h"
+#include "trainer/comm/transport.h"
+#include "trainer/state/layer_migration.h"
 
 using namespace dynmo::trainer;  // NOLINT: a benchmark's main
 

@@ -5,8 +5,11 @@ The directions are the ones each top-level folder's README states: the
 decision core depends on nothing of ours, the service never on the agent or
 the trainer, the agent / trainer / clients never on the service, nothing on
 the trainer or the launcher, and LibTorch only in the trainer (and in tests
-and benchmarks). It also fails on include cycles between modules (a module
-is a .h/.cc pair; a .cc including another module's header is an edge).
+and benchmarks). Inside the trainer it checks the floors trainer/README.md
+lists: a floor includes itself and the floors below it, never one above,
+and the bottom floors stay free of LibTorch. It also fails on include cycles
+between modules (a module is a .h/.cc pair; a .cc including another
+module's header is an edge).
 
     python3 scripts/check-includes.py [ROOT]     # exit 0: clean, 1: findings
 """
@@ -31,19 +34,33 @@ ALLOWED = {
     "launcher": {"launcher", "agent", "coordinator/service", "coordinator/core", "dynmo/v1",
                  "cli", "rpc"},
     "kernels": {"kernels"},
-    "trainer": {"trainer", "agent", "coordinator/core", "coordinator/formats",
-                "kernels", "dynmo/v1", "cli"},
+    # trainer/ itself holds no sources, only its floors (TRAINER_FLOORS).
+    "trainer": set(),
     # The Python binding (dynmo._core): the agent and the tools' decision code.
     "python": {"python", "agent", "coordinator/core", "coordinator/formats",
                "coordinator/tools", "dynmo/v1"},
 }
+# The trainer's floors, bottom to top (trainer/README.md): each may include
+# itself, the floors below it and the folders outside trainer/ that the
+# trainer may use; an include of a floor above it is an upward arrow.
+TRAINER_FLOORS = ["data", "layout", "config", "comm", "model", "state", "dynamism",
+                  "stage", "elastic", "run"]
+TRAINER_USES = {"agent", "coordinator/core", "coordinator/formats", "kernels", "dynmo/v1",
+                "cli"}
+for _i, _floor in enumerate(TRAINER_FLOORS):
+    ALLOWED["trainer/" + _floor] = TRAINER_USES | {"trainer/" + f
+                                                   for f in TRAINER_FLOORS[:_i + 1]}
+# The floors under the layers are plain C++: the job's data, grid and
+# configuration, without LibTorch.
+TRAINER_PLAIN = {"trainer/data", "trainer/layout", "trainer/config"}
 # Folders whose own code may include any of ours (they test or measure it).
 ANYTHING = {"tests", "bench", "examples"}
 OURS = ["cli", "rpc", "coordinator/core", "coordinator/formats", "coordinator/tools",
         "coordinator/service", "agent", "clients", "launcher", "kernels",
-        "trainer", "python", "dynmo/v1", "tests", "bench"]
+        "trainer", "python", "dynmo/v1", "tests", "bench"] + [
+            "trainer/" + f for f in TRAINER_FLOORS]
 TORCH = ("torch/", "ATen/", "c10/", "caffe2/")
-TORCH_ALLOWED = {"trainer"} | ANYTHING
+TORCH_ALLOWED = ({"trainer/" + f for f in TRAINER_FLOORS} - TRAINER_PLAIN) | ANYTHING
 # External libraries the pure layers must not see.
 NO_IO = {
     "cli": ("grpc", "grpcpp/", "google/protobuf/", "nlohmann/"),
@@ -89,6 +106,9 @@ def main():
                 folder = folder_of(rel)
                 if folder is None:
                     continue
+                if folder == "trainer":
+                    findings.append(f"{rel}: the trainer's sources live in its floors "
+                                    f"(trainer/{{{','.join(TRAINER_FLOORS)}}}/)")
                 with open(full, encoding="utf-8", errors="replace") as fh:
                     for n, line in enumerate(fh, 1):
                         m = INCLUDE.match(line)
@@ -98,9 +118,15 @@ def main():
                         where = f"{rel}:{n}: includes {inc}"
                         target = ours(inc)
                         if target and folder not in ANYTHING and target not in ALLOWED[folder]:
-                            findings.append(f"{where}, but {folder}/ may not include {target}/")
+                            if (folder.startswith("trainer/") and target.startswith("trainer/")
+                                    and target[8:] in TRAINER_FLOORS):
+                                findings.append(f"{where}: an upward arrow, {folder}/ sits "
+                                                f"below {target}/ (trainer/README.md)")
+                            else:
+                                findings.append(f"{where}, but {folder}/ may not include {target}/")
                         if inc.startswith(TORCH) and folder not in TORCH_ALLOWED:
-                            findings.append(f"{where}: LibTorch outside the trainer")
+                            findings.append(f"{where}: LibTorch outside the trainer's "
+                                            f"LibTorch floors")
                         for bad in NO_IO.get(folder, ()):
                             if inc.startswith(bad):
                                 findings.append(f"{where}: {folder}/ stays free of {bad.rstrip('/')}")

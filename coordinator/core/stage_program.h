@@ -2,7 +2,7 @@
 // of its forward, backward (input-gradient) and weight-gradient passes over
 // the micro-batches, for GPipe, 1F1B and ZB-H1. Generated once, here, and
 // used by both the simulator (pipeline_sim.h times it) and the trainer's
-// executor (trainer/one_f_one_b.h runs it). Pure; thread-safe.
+// executor (trainer/stage/one_f_one_b.h runs it). Pure; thread-safe.
 #ifndef DYNMO_COORDINATOR_CORE_STAGE_PROGRAM_H_
 #define DYNMO_COORDINATOR_CORE_STAGE_PROGRAM_H_
 

@@ -5,7 +5,7 @@
 // starts an ordinary Agent against it. It is the same CoordinatorServer the
 // dynmo-coordinator daemon runs, so the protocol, metrics and state dir
 // behave identically. (dynmo-train run without a launcher starts the daemon
-// itself as a child instead: trainer/local_coordinator.h.) Thread-safe as
+// itself as a child instead: trainer/run/local_coordinator.h.) Thread-safe as
 // CoordinatorServer is.
 #ifndef DYNMO_COORDINATOR_SERVICE_EMBEDDED_COORDINATOR_H_
 #define DYNMO_COORDINATOR_SERVICE_EMBEDDED_COORDINATOR_H_

@@ -1,7 +1,7 @@
 // The layout part of a Plan message from a Decision (decision.h): new
 // boundaries, active and released stages, the migration list in its rounds,
 // the communicator split, bytes and bottlenecks — what every rank executes
-// as sent (trainer/plan_step.h reads it back). Epoch, apply iteration,
+// as sent (trainer/elastic/plan_step.h reads it back). Epoch, apply iteration,
 // reason and timestamps are the plan protocol's, set by the caller.
 // Pure; thread-safe.
 #ifndef DYNMO_COORDINATOR_SERVICE_PLAN_CONVERT_H_

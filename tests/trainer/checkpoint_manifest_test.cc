@@ -1,4 +1,4 @@
-// The checkpoint manifest (trainer/checkpoint_manifest.h): it round-trips
+// The checkpoint manifest (trainer/state/checkpoint_manifest.h): it round-trips
 // through JSON, says exactly which model flags differ from a resuming job,
 // refuses a different global batch or a finished run, and the newest
 // complete checkpoint is found while incomplete ones are skipped.
@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "trainer/checkpoint_manifest.h"
+#include "trainer/state/checkpoint_manifest.h"
 
 namespace dynmo::trainer {
 namespace {

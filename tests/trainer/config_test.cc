@@ -1,13 +1,13 @@
 // TrainerConfig validation, boundaries parsing, the rank layout and the
 // torchrun environment.
-#include "trainer/config.h"
+#include "trainer/config/config.h"
 
 #include <map>
 #include <string>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "trainer/dist_env.h"
+#include "trainer/comm/dist_env.h"
 
 namespace dynmo::trainer {
 namespace {

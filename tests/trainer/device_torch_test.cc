@@ -1,5 +1,5 @@
-// Device placement (trainer/device.h) and per-layer clocks
-// (trainer/layer_clock.h). What needs a GPU runs only where LibTorch sees
+// Device placement (trainer/comm/device.h) and per-layer clocks
+// (trainer/stage/layer_clock.h). What needs a GPU runs only where LibTorch sees
 // one and is skipped with a message elsewhere (CI has none); the rest runs
 // on every machine.
 #include <time.h>
@@ -11,9 +11,9 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "trainer/device.h"
-#include "trainer/layer_clock.h"
-#include "trainer/layer_state.h"
+#include "trainer/comm/device.h"
+#include "trainer/stage/layer_clock.h"
+#include "trainer/state/layer_state.h"
 
 namespace dynmo::trainer {
 namespace {

@@ -1,4 +1,4 @@
-// Per-layer checkpoints end to end (trainer/checkpoint.h): a job saved at
+// Per-layer checkpoints end to end (trainer/state/checkpoint.h): a job saved at
 // pp=4 and resumed at pp=2 or pp=1 continues with per-iteration losses
 // bit-identical to the run that was never interrupted (one intra-op thread,
 // as the migration tests compare), and a missing or foreign checkpoint stops

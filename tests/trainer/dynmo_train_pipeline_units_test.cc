@@ -1,6 +1,6 @@
 // Finer pipeline units in dynmo-train, end to end (--pipeline_units=halves):
 // every decoder block becomes two pipeline layers (its attention half and
-// its MLP half, trainer/decoder_half.h), so a stage may hold 1.5 blocks.
+// its MLP half, trainer/model/decoder_half.h), so a stage may hold 1.5 blocks.
 // The model starts from the same weights and computes the same arithmetic
 // as the one cut in blocks, so the losses are bit-identical — at pp=1, on a
 // stage boundary inside a block, and across live migrations that move a

@@ -1,19 +1,19 @@
 // What dynmo-train reports about itself, end to end: per-stage and per-layer
-// memory in the JSON log (trainer/stage_memory.h), the --trace file that the
+// memory in the JSON log (trainer/stage/stage_memory.h), the --trace file that the
 // simulator's trace reader parses and dynmo-sim replays
-// (trainer/trace_log.h), and --profile_layers=false, which drops the
+// (trainer/run/trace_log.h), and --profile_layers=false, which drops the
 // per-layer clocks without changing a single bit of the training.
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/formats/trace_json.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "coordinator/formats/trace_json.h"
 #include "nlohmann/json.hpp"
 #include "tests/trainer/train_job.h"
-#include "trainer/config.h"
+#include "trainer/config/config.h"
 
 namespace dynmo::trainer {
 namespace {

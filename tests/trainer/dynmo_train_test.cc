@@ -24,7 +24,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/trainer/train_job.h"
-#include "trainer/indexed_dataset.h"
+#include "trainer/data/indexed_dataset.h"
 
 namespace dynmo::trainer {
 namespace {

@@ -1,4 +1,4 @@
-// Early exit, the layer side (trainer/dynamism/early_exit.h): a block run on
+// Early exit, the layer side (trainer/model/early_exit.h): a block run on
 // the tokens still in flight computes exactly what the full block computes
 // for them (forward and gradients), copies the exited tokens through, and
 // the exit point's decisions and the mask's wire format behave as
@@ -10,10 +10,10 @@
 #include <iostream>
 
 #include "gtest/gtest.h"
-#include "trainer/decoder_block.h"
-#include "trainer/dynamism/early_exit.h"
-#include "trainer/gpt_layers.h"
-#include "trainer/make_layer.h"
+#include "trainer/model/decoder_block.h"
+#include "trainer/model/early_exit.h"
+#include "trainer/model/gpt_layers.h"
+#include "trainer/model/make_layer.h"
 
 namespace dynmo::trainer {
 namespace {

@@ -11,11 +11,11 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "trainer/comm/transport.h"
+#include "trainer/data/open_token_corpus.h"
+#include "trainer/data/token_corpus.h"
 #include "trainer/dynamism/freezing.h"
-#include "trainer/open_token_corpus.h"
-#include "trainer/pipeline_stage.h"
-#include "trainer/token_corpus.h"
-#include "trainer/transport.h"
+#include "trainer/stage/pipeline_stage.h"
 
 namespace dynmo::trainer {
 namespace {

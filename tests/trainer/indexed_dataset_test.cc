@@ -1,6 +1,6 @@
 // The Megatron MMIDIDX reader (round trip through the writer, byte layout,
 // corrupt files), byte-level text and how samples are cut from a corpus.
-#include "trainer/indexed_dataset.h"
+#include "trainer/data/indexed_dataset.h"
 
 #include <unistd.h>
 
@@ -11,8 +11,8 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "trainer/open_token_corpus.h"
-#include "trainer/token_corpus.h"
+#include "trainer/data/open_token_corpus.h"
+#include "trainer/data/token_corpus.h"
 
 namespace dynmo::trainer {
 namespace {

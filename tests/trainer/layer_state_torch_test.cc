@@ -1,4 +1,4 @@
-// LayerState (trainer/layer_state.h): a layer's named parameters and
+// LayerState (trainer/state/layer_state.h): a layer's named parameters and
 // buffers, its AdamW state and its metadata survive capture -> encode ->
 // decode -> restore (and a file round trip) bit for bit, including tensors
 // whose size changed while training, and mismatched or damaged states are
@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "trainer/layer_state.h"
+#include "trainer/state/layer_state.h"
 
 namespace dynmo::trainer {
 namespace {

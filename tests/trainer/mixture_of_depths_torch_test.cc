@@ -1,11 +1,11 @@
-// Mixture of Depths (trainer/dynamism/mixture_of_depths.h): the top-k
+// Mixture of Depths (trainer/model/mixture_of_depths.h): the top-k
 // tokens per sequence, in causal order, are the only ones the block runs;
 // the rest pass unchanged; gradients reach the router through the output
 // scale; the causal predictor learns top-k membership from its own BCE.
 // Under predictor routing the tokens with a positive predictor logit run,
 // packed with padding that never changes a routed token's output, and the
 // count moves as the predictor learns.
-#include "trainer/dynamism/mixture_of_depths.h"
+#include "trainer/model/mixture_of_depths.h"
 
 #include <torch/torch.h>
 
@@ -16,10 +16,10 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "trainer/config.h"
-#include "trainer/decoder_block.h"
-#include "trainer/gpt_layers.h"
-#include "trainer/make_layer.h"
+#include "trainer/config/config.h"
+#include "trainer/model/decoder_block.h"
+#include "trainer/model/gpt_layers.h"
+#include "trainer/model/make_layer.h"
 
 namespace dynmo::trainer {
 namespace {

@@ -1,16 +1,16 @@
-// Mixture of Experts (trainer/dynamism/moe.h): top-2 routing with capacity
+// Mixture of Experts (trainer/model/moe.h): top-2 routing with capacity
 // on hand-made router probabilities, the load-balancing loss, the MoE MLP
 // against a per-token reference loop, and gradients to router and experts.
-#include "trainer/dynamism/moe.h"
+#include "trainer/model/moe.h"
 
 #include <torch/torch.h>
 
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "trainer/config.h"
-#include "trainer/gpt_layers.h"
-#include "trainer/make_layer.h"
+#include "trainer/config/config.h"
+#include "trainer/model/gpt_layers.h"
+#include "trainer/model/make_layer.h"
 
 namespace dynmo::trainer {
 namespace {

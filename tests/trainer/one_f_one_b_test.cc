@@ -2,7 +2,7 @@
 // figure, and run across threads with rendezvous channels (a send completes
 // only when its receive is posted, the strictest transport) to show the
 // paired exchanges never deadlock.
-#include "trainer/one_f_one_b.h"
+#include "trainer/stage/one_f_one_b.h"
 
 #include <condition_variable>
 #include <map>

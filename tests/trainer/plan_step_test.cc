@@ -4,7 +4,7 @@
 // trainer (ExecutionForPlan), and the moves the rank will run are compared
 // with the coordinator's list, move by move and round by round; plans whose
 // moves or split disagree with their layout are refused.
-#include "trainer/plan_step.h"
+#include "trainer/elastic/plan_step.h"
 
 #include <algorithm>
 #include <string>

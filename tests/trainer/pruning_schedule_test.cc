@@ -6,7 +6,8 @@
 #include <cmath>
 
 #include "gtest/gtest.h"
-#include "trainer/dynamism/dynamism_config.h"
+#include "trainer/config/dynamism_config.h"
+#include "trainer/config/pruning_config.h"
 
 namespace dynmo::trainer {
 namespace {

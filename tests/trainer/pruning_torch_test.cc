@@ -1,4 +1,4 @@
-// Gradual global magnitude pruning, in process (trainer/prunable_linear.h,
+// Gradual global magnitude pruning, in process (trainer/model/prunable_linear.h,
 // csr_linear.h, adamw_state_select.h, variable_all_gather.h,
 // dynamism/global_magnitude_threshold.h, dynamism/pruning.h):
 //   - the CSR autograd op equals a dense masked linear, forward and backward;
@@ -24,13 +24,13 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "trainer/adamw_state_select.h"
-#include "trainer/csr_linear.h"
+#include "trainer/comm/variable_all_gather.h"
 #include "trainer/dynamism/global_magnitude_threshold.h"
 #include "trainer/dynamism/pruning.h"
-#include "trainer/layer_state.h"
-#include "trainer/prunable_linear.h"
-#include "trainer/variable_all_gather.h"
+#include "trainer/model/adamw_state_select.h"
+#include "trainer/model/csr_linear.h"
+#include "trainer/model/prunable_linear.h"
+#include "trainer/state/layer_state.h"
 
 namespace dynmo::trainer {
 namespace {

@@ -1,7 +1,7 @@
-// The re-packing arithmetic of dynmo-train (trainer/repack_layout.h): which
+// The re-packing arithmetic of dynmo-train (trainer/layout/repack_layout.h): which
 // current rank becomes which, where a released stage's layers go, and the
 // test-policy syntax that asks for fewer stages.
-#include "trainer/repack_layout.h"
+#include "trainer/layout/repack_layout.h"
 
 #include <vector>
 

@@ -1,8 +1,8 @@
-// The re-shaping arithmetic of dynmo-train (trainer/reshape_layout.h): where
+// The re-shaping arithmetic of dynmo-train (trainer/layout/reshape_layout.h): where
 // every rank sits in the new pp' x dp' grid, which layer copies get it its
 // new stage's layers, in rounds that cannot deadlock, and the shapes it
 // refuses. The brute-force checks replay the copies on sets of layer ids.
-#include "trainer/reshape_layout.h"
+#include "trainer/layout/reshape_layout.h"
 
 #include <set>
 #include <vector>

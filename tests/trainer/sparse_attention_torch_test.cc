@@ -1,8 +1,8 @@
-// Hash-based block-sparse attention (trainer/dynamism/sparse_attention.h):
+// Hash-based block-sparse attention (trainer/model/sparse_attention.h):
 // the block-pair rule on hand-made buckets, equality with dense causal
 // attention (values and gradients) when every bucket matches, agreement
 // with the CPU reference kernel, and less measured time with fewer matches.
-#include "trainer/dynamism/sparse_attention.h"
+#include "trainer/model/sparse_attention.h"
 
 #include <torch/torch.h>
 
@@ -13,8 +13,8 @@
 
 #include "gtest/gtest.h"
 #include "kernels/block_sparse_attention_cpu.h"
-#include "trainer/config.h"
-#include "trainer/decoder_block.h"
+#include "trainer/config/config.h"
+#include "trainer/model/decoder_block.h"
 
 namespace dynmo::trainer {
 namespace {

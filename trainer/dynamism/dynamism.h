@@ -2,7 +2,7 @@
 // freezing decisions, ...): what it does to one rank's layers at iteration
 // boundaries. The layer-level side (what a block computes per micro-batch:
 // MoE routing, sparse attention, early exit, MoD, CSR weights) lives in the
-// layers themselves, built from ModelConfig::dynamism.
+// layers themselves (trainer/model/), built from ModelConfig::dynamism.
 //
 // Every rank of the job calls the hooks at the same points in the same
 // order, so a hook may use the transport's collectives (e.g. a global
@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "trainer/config.h"
-#include "trainer/layer_migration.h"
-#include "trainer/transport.h"
+#include "trainer/comm/transport.h"
+#include "trainer/config/config.h"
+#include "trainer/state/layer_state.h"  // OwnedLayer
 
 namespace dynmo::trainer {
 

@@ -2,7 +2,7 @@
 
 #include <iostream>
 
-#include "trainer/decoder_block.h"
+#include "trainer/model/decoder_block.h"
 
 namespace dynmo::trainer {
 

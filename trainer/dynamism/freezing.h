@@ -43,8 +43,8 @@
 #include <map>
 #include <vector>
 
+#include "trainer/config/freezing_exit_config.h"
 #include "trainer/dynamism/dynamism.h"
-#include "trainer/dynamism/freezing_exit_config.h"
 
 namespace dynmo::trainer {
 

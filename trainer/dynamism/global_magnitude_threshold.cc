@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "trainer/variable_all_gather.h"
+#include "trainer/comm/variable_all_gather.h"
 
 namespace dynmo::trainer {
 namespace {

@@ -28,7 +28,7 @@
 #include <cstdint>
 
 #include "absl/status/statusor.h"
-#include "trainer/transport.h"
+#include "trainer/comm/transport.h"
 
 namespace dynmo::trainer {
 

@@ -2,8 +2,8 @@
 
 #include <iostream>
 
-#include "trainer/decoder_block.h"
-#include "trainer/dynamism/mixture_of_depths.h"
+#include "trainer/model/decoder_block.h"
+#include "trainer/model/mixture_of_depths.h"
 
 namespace dynmo::trainer {
 

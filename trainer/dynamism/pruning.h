@@ -36,7 +36,7 @@
 #include "absl/status/statusor.h"
 #include "trainer/dynamism/dynamism.h"
 #include "trainer/dynamism/pruning_schedule.h"
-#include "trainer/prunable_linear.h"
+#include "trainer/model/prunable_linear.h"
 
 namespace dynmo::trainer {
 

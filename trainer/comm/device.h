@@ -1,0 +1,52 @@
+// Device placement for dynmo-train: which torch::Device a rank computes on
+// and what that device says about its memory.
+//
+// --device=auto picks cuda when LibTorch sees a CUDA device, else cpu;
+// "cuda" means cuda:(LOCAL_RANK mod visible devices), so one process per
+// GPU as torchrun starts them (and, on a one-GPU machine, every local rank
+// on cuda:0). Everything here goes through ATen's device-generic
+// accelerator API, so this file compiles and links against any LibTorch and
+// its CUDA branches run only where a GPU is. Thread-compatible functions.
+#ifndef DYNMO_TRAINER_COMM_DEVICE_H_
+#define DYNMO_TRAINER_COMM_DEVICE_H_
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "trainer/config/config.h"
+
+namespace dynmo::trainer {
+
+// The concrete device for `flag` (auto|cpu|cuda|cuda:N) on local rank
+// `local_rank`; FAILED_PRECONDITION when cuda is asked for and none is
+// visible (or cuda:N names one that is not).
+absl::StatusOr<torch::Device> ResolveDevice(absl::string_view flag, int local_rank);
+
+// The device config.device names once resolved ("cpu" or "cuda:N"); "auto"
+// (unresolved, as in-process tests build layers) means cpu.
+torch::Device DeviceOf(const TrainerConfig& config);
+
+// Makes `device` the current device of this thread (a no-op for cpu).
+void UseDevice(torch::Device device);
+
+// Bytes of the caching allocator on `device`: what live tensors hold now,
+// the most they held since the last ResetPeakDeviceMemory, and the
+// device's total memory. All zero on cpu.
+struct DeviceMemory {
+  int64_t allocated_bytes = 0;
+  int64_t peak_allocated_bytes = 0;
+  int64_t total_bytes = 0;
+};
+DeviceMemory ReadDeviceMemory(torch::Device device);
+void ResetPeakDeviceMemory(torch::Device device);
+
+// Waits until every kernel queued on `device` has finished (no-op on cpu).
+void SynchronizeDevice(torch::Device device);
+
+}  // namespace dynmo::trainer
+
+#endif  // DYNMO_TRAINER_COMM_DEVICE_H_

@@ -1,0 +1,75 @@
+// PlanSource: where a rank's layout changes come from, behind one interface,
+// so that the training loop (trainer.cc) reads like the paper's Algorithm 1:
+// at every iteration boundary ask each source whether a change is due,
+// migrate (and re-pack) as it says, tell the source how it went, train.
+//
+//   TestPolicySource   --test_migrate_every: a fixed list of targets walked
+//                      every N iterations, or --test_reshape_at: one
+//                      re-shape of the grid (tests, demos; no coordinator);
+//   AgentPlanSource    the coordinator's committed plan due now, agreed
+//                      in-band by every rank (all hold its epoch or none
+//                      switches), executed as sent (plan_step.h) and
+//                      acknowledged through the agent.
+//
+// Due() may be a collective (the agent source all-reduces): every rank calls
+// every source at every iteration boundary, in the same order. Not
+// thread-safe: the rank's training thread.
+#ifndef DYNMO_TRAINER_ELASTIC_PLAN_SOURCE_H_
+#define DYNMO_TRAINER_ELASTIC_PLAN_SOURCE_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "agent/agent.h"
+#include "coordinator/core/cost_model.h"
+#include "coordinator/core/migration.h"
+#include "trainer/comm/transport.h"
+#include "trainer/config/config.h"
+#include "trainer/layout/repack_layout.h"
+#include "trainer/layout/reshape_layout.h"
+
+namespace dynmo::trainer {
+
+// One layout change to carry out at an iteration boundary: a re-shape of
+// the grid when `reshape` is set (then `step` and `moves` are unused), else
+// a migration that may re-pack.
+struct LayoutChange {
+  RepackStep step;
+  core::MigrationPlan moves;       // over the current active indices, in order
+  std::optional<ReshapeStep> reshape;
+  std::optional<uint64_t> epoch;   // the coordinator's; none: one more locally
+  std::string by;                  // "the test policy", "plan epoch 3"
+};
+
+class PlanSource {
+ public:
+  virtual ~PlanSource() = default;
+  // The change due before iteration `iter`, if any, from `layout`.
+  virtual absl::StatusOr<std::optional<LayoutChange>> Due(int64_t iter,
+                                                          const StageLayout& layout,
+                                                          Transport& transport) = 0;
+  // The change was carried out; `announce`: this rank prints it.
+  virtual void Applied(int64_t iter, const LayoutChange& change, bool announce) {}
+  // Carrying it out failed (the job then stops with `why`).
+  virtual void Failed(const LayoutChange& change, const absl::Status& why) {}
+};
+
+// `layer_costs`: bytes per layer for the moves the source derives itself.
+// `config` is the job's running configuration: the sources read its dp and
+// micro-batches per replica at each Due (a re-shape changes both), so it
+// must outlive them.
+std::unique_ptr<PlanSource> MakeTestPolicySource(
+    const TrainerConfig& config, int num_layers,
+    const std::vector<core::LayerCost>* layer_costs);
+std::unique_ptr<PlanSource> MakeAgentPlanSource(
+    agent::Agent* agent, int num_layers, const TrainerConfig& config,
+    const std::vector<core::LayerCost>* layer_costs);
+
+}  // namespace dynmo::trainer
+
+#endif  // DYNMO_TRAINER_ELASTIC_PLAN_SOURCE_H_

@@ -1,0 +1,60 @@
+// IterationReporter: what one finished iteration tells the world. Each rank
+// reports its stage's per-layer measurements to the coordinator through its
+// agent (per micro-batch, never blocking) and puts them into one world
+// all-reduce — [loss of its replica, then per layer: forward, backward,
+// resident bytes, weight-gradient time, activation bytes, parameters; then
+// memory used per stage; then whether its model changed] — from which rank 0
+// builds the job-wide IterationRecord (means over the dp replicas: each
+// layer has dp owners, each replica one last stage).
+//
+// Not thread-safe: the rank's training thread.
+#ifndef DYNMO_TRAINER_RUN_ITERATION_REPORT_H_
+#define DYNMO_TRAINER_RUN_ITERATION_REPORT_H_
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "agent/agent.h"
+#include "coordinator/core/boundaries.h"
+#include "trainer/comm/transport.h"
+#include "trainer/config/config.h"
+#include "trainer/run/training_log.h"
+#include "trainer/stage/pipeline_stage.h"
+
+namespace dynmo::trainer {
+
+class IterationReporter {
+ public:
+  IterationReporter(const TrainerConfig& config, torch::Device device,
+                    int64_t memory_capacity_bytes);
+
+  // After stage.RunIteration(iter): reports to `agent` (may be null) and
+  // all-reduces the summary over `transport`, whose stages are the
+  // `active_pp` running ones.
+  absl::Status Gather(int64_t iter, PipelineStage& stage,
+                      const StageIterationStats& stats, bool model_changed,
+                      int active_pp, Transport& transport, agent::Agent* agent);
+
+  // Rank 0, after Gather: the job-wide record of the iteration.
+  IterationRecord Record(int64_t iter, double seconds, const core::Boundaries& boundaries,
+                         int64_t epoch, int active_ranks);
+
+ private:
+  const TrainerConfig& config_;
+  torch::Device device_;
+  int64_t memory_capacity_;
+  int num_layers_;
+  int active_pp_ = 0;
+  torch::Tensor summary_;
+  // Parameters each local layer still has, recounted when the model or the
+  // stage's layers changed (a mask count is a device sync on cuda).
+  std::vector<int64_t> nonzero_params_;
+  std::vector<int> nonzero_ids_;
+};
+
+}  // namespace dynmo::trainer
+
+#endif  // DYNMO_TRAINER_RUN_ITERATION_REPORT_H_
