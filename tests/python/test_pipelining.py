@@ -157,6 +157,9 @@ def test_bad_input_is_one_clear_error():
         schedule_class("PipelineScheduleMulti")
     records = run(dict(schedule="ZBVZeroBubble", pp=2, steps=1), 2)
     assert all("cannot run over Gloo" in r["errors"][0] for r in records)
+    records = run(dict(schedule="InterleavedZeroBubble", pp=2, dp=2, steps=1), 4)
+    assert all("DDP does not average the gradients its W actions compute" in r["errors"][0]
+               for r in records)
     records = run(dict(schedule="1F1B", pp=2, steps=1, boundaries=[0, 8, 8]), 2)
     assert all("boundaries 0,8,8 must be 3 increasing integers" in r["errors"][0]
                for r in records)

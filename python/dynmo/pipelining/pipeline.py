@@ -133,6 +133,14 @@ class DynamicPipeline:
             raise ValueError(f"dynmo.pipelining: {self.schedule_name} cannot run over Gloo in "
                              f"torch 2.11 (its stages send to their own rank); use NCCL or "
                              f"InterleavedZeroBubble")
+        if self.schedule_name in _SPLIT_BACKWARD and dp > 1:
+            # Measured here: under DDP the W actions' weight gradients are
+            # not averaged (DDP's reducer never sees them), so the replicas
+            # of every stage but the first drift apart.
+            raise ValueError(f"dynmo.pipelining: {self.schedule_name} with dp {dp}: DDP does "
+                             f"not average the gradients its W actions compute in torch 2.11 "
+                             f"(the replicas would drift apart); use GPipe, 1F1B, "
+                             f"Interleaved1F1B or LoopedBFS with dp > 1")
         self.device = torch.device(device) if device is not None else torch.device("cpu")
         self.n_microbatches = n_microbatches
         self.loss_fn = loss_fn
