@@ -95,6 +95,15 @@ def test_data_parallel_replicas_apply_the_same_plan_with_freezing():
     same_training(static, moved)
 
 
+def test_interleaved_virtual_stages_with_data_parallel():
+    # 4 virtual stages on pp 2 x dp 2: each replica moves its own copies, a
+    # move between two stages of one rank moves nothing.
+    cfg = dict(schedule="Interleaved1F1B", pp=2, dp=2, steps=3)
+    moved = run(dict(cfg, plans={"1": FOUR_STAGES["1"]}), 4)
+    assert all(r["boundaries"][-1] == FOUR_STAGES["1"][1] for r in moved)
+    same_training(static_run(cfg, 4), moved)
+
+
 def test_repack_releases_a_rank_and_training_goes_on_identically():
     cfg = dict(schedule="1F1B", pp=3, steps=4)  # even start: 0,2,5,8
     static = static_run(cfg, 3)
