@@ -372,7 +372,10 @@ class DynamicPipeline:
         moved = 0
         wire = self._p2p_group()
         for move in plan.migrations:
-            src, dst = topo.rank_of_stage(move.from_stage), topo.rank_of_stage(move.to_stage)
+            # Stage ids are original ids; the topology places positions
+            # among the stages active before this plan.
+            src = topo.rank_of_stage(self._position(move.from_stage))
+            dst = topo.rank_of_stage(self._position(move.to_stage))
             if move.from_stage in mine and move.to_stage in mine:
                 continue  # both stages run here: the module stays where it is
             if move.from_stage in mine:
@@ -382,12 +385,13 @@ class DynamicPipeline:
                 moved += recv_layer(modules, self.optimizer, src, wire, self.lr_scheduler)
                 self.parts.held[move.layer] = modules
         released = set(plan.released_stages)
+        # The pipeline ranks that stay, placed by today's stage positions.
+        keep = sorted({topo.pp_rank_of_stage(self._position(s)) for s in plan.active_stages})
         self.stage_ids = list(plan.active_stages)
         self.boundaries = list(plan.boundaries)
         self.epoch = plan.epoch
         self.last_moved_bytes = moved
         if released:
-            keep = sorted({topo.pp_rank_of_stage(s) for s in plan.active_stages})
             was_here = bool(mine & released)
             topo.shrink(keep)
             if was_here:

@@ -61,12 +61,14 @@ class Topology:
         return pp_rank * self.dp + (self.dp_rank if dp_rank is None else dp_rank)
 
     def pp_rank_of_stage(self, stage: int) -> int:
-        """The (original) pipeline rank running ``stage`` of the active ones."""
+        """The (original) pipeline rank running the stage at position
+        ``stage`` among the active ones."""
         position = stage_to_pp_rank(stage, len(self.active_pp_ranks), self.v, self.style)
         return self.active_pp_ranks[position]
 
     def rank_of_stage(self, stage: int) -> int:
-        """The global rank of this replica's copy of ``stage``."""
+        """The global rank of this replica's copy of the stage at position
+        ``stage`` among the active ones."""
         return self.global_rank(self.pp_rank_of_stage(stage))
 
     def local_stages(self) -> List[int]:
@@ -84,8 +86,7 @@ class Topology:
     def _build_groups(self, first: bool) -> None:
         pp, dp = self.pp, self.dp
         active = self.active_pp_ranks
-        everyone = first and True
-        if dp == 1 and everyone:
+        if dp == 1 and first:
             self.pp_group = None  # the world
         else:
             for r in range(dp):
