@@ -30,6 +30,7 @@
 
 #include "absl/status/status.h"
 #include "agent/agent_config.h"
+#include "agent/host_batch.h"
 #include "dynmo/v1/agent.pb.h"
 #include "dynmo/v1/plan.pb.h"
 
@@ -63,8 +64,9 @@ class RankState {
   const std::string& session_key() const { return session_key_; }
 
   // Outgoing queues, oldest first. The transport pops from them.
-  std::deque<dynmo::v1::PlanAck>& acks() { return acks_; }
-  std::deque<dynmo::v1::IterationReport>& reports() { return reports_; }
+  RankQueues& queues() { return out_; }
+  std::deque<dynmo::v1::PlanAck>& acks() { return out_.acks; }
+  std::deque<dynmo::v1::IterationReport>& reports() { return out_.reports; }
   // Acks queued or being written (for Flush).
   int64_t unsent_acks() const { return unsent_acks_; }
   // The transport wrote an ack taken from acks(), or lost it with a stream.
@@ -83,8 +85,7 @@ class RankState {
   void FailPending(const std::string& why);
 
   AgentConfig config_;  // coordinates change with an applied re-shape
-  std::deque<dynmo::v1::IterationReport> reports_;
-  std::deque<dynmo::v1::PlanAck> acks_;
+  RankQueues out_;
   int64_t unsent_acks_ = 0;
   int64_t last_iteration_ = -1;
   uint64_t applied_epoch_ = 0;
