@@ -1,5 +1,6 @@
 // How the queued messages of several ranks share one HostSession write: the
-// rule of HostAgent (host_agent.h). RankQueues is what one rank has queued for the
+// rule of HostAgent (host_agent.h) and of the node relay's upstream
+// (relay/upstream.h). RankQueues is what one rank has queued for the
 // coordinator; FillHostBatch moves the next batch out of several of them.
 //
 // Thread-compatible: the owner's lock guards the queues.

@@ -14,7 +14,7 @@
 // --ranks_per_session K > 1 hosts K consecutive ranks per process-like
 // agent::HostAgent over ONE multiplexed HostSession stream (one per node in
 // production: 8), instead of one Agent and one Session per rank.
-// --relay_ranks_per_node K runs one agent::NodeRelay per K ranks (what
+// --relay_ranks_per_node K runs one relay::NodeRelay per K ranks (what
 // dynmo-launch runs on each node): every rank keeps its own Agent, which
 // dials its node's relay on a Unix-domain socket, and each relay carries its
 // node to the coordinator on one HostSession.
@@ -45,7 +45,7 @@
 #include "agent/agent.h"
 #include "agent/channel.h"
 #include "agent/host_agent.h"
-#include "agent/node_relay.h"
+#include "relay/node_relay.h"
 #include "cli/program_info.h"
 #include "coordinator/core/measures.h"
 #include "coordinator/core/partition.h"
@@ -82,7 +82,7 @@ ABSL_FLAG(int, threads, 2, "threads that send the simulated reports");
 ABSL_FLAG(int, ranks_per_session, 1,
           "ranks multiplexed over one HostSession (1: one Session per rank)");
 ABSL_FLAG(int, relay_ranks_per_node, 0,
-          "ranks per simulated node behind a node relay (agent/node_relay.h): "
+          "ranks per simulated node behind a node relay (relay/node_relay.h): "
           "each rank runs its own Agent against its node's relay on a "
           "Unix-domain socket, each relay carries its node on one HostSession "
           "(0: no relays)");
@@ -236,13 +236,13 @@ int main(int argc, char** argv) {
   // Node relays: one per simulated node, each on its own socket and its own
   // upstream connection, as separate processes would be.
   std::string relay_dir;
-  std::vector<std::unique_ptr<agent::NodeRelay>> relays;
+  std::vector<std::unique_ptr<relay::NodeRelay>> relays;
   if (per_node > 0) {
     char dir[] = "/tmp/dynmo-loadgen-XXXXXX";
     if (mkdtemp(dir) == nullptr) return Die("cannot create a directory for the relays' sockets");
     relay_dir = dir;
     for (int n = 0; n * per_node < agents; ++n) {
-      agent::NodeRelayConfig rc;
+      relay::NodeRelayConfig rc;
       rc.listen = absl::StrCat("unix:", relay_dir, "/relay-", n, ".sock");
       rc.coordinator = absl::GetFlag(FLAGS_coordinator);
       rc.channel = co;
@@ -250,7 +250,8 @@ int main(int argc, char** argv) {
       rc.token = token;
       rc.job = absl::GetFlag(FLAGS_job);
       rc.host = absl::StrCat(absl::GetFlag(FLAGS_host_prefix), "node-", n);
-      absl::StatusOr<std::unique_ptr<agent::NodeRelay>> relay = agent::NodeRelay::Start(rc);
+      absl::StatusOr<std::unique_ptr<dynmo::relay::NodeRelay>> relay =
+          dynmo::relay::NodeRelay::Start(rc);
       if (!relay.ok()) return Die(std::string(relay.status().message()));
       relays.push_back(*std::move(relay));
     }
@@ -460,7 +461,7 @@ int main(int argc, char** argv) {
   int64_t messages_down = 0, messages_up = 0, upstream_messages = 0;
   int64_t rank_sessions = 0, rank_sessions_ended = 0, stale_sessions = 0;
   for (auto& relay : relays) {
-    const agent::NodeRelayStats rs = relay->stats();
+    const dynmo::relay::NodeRelayStats rs = relay->stats();
     upstream_breaks += rs.upstream_breaks;
     upstream_sessions += rs.upstream_sessions;
     attached += rs.attached_ranks;
