@@ -33,6 +33,7 @@ class SessionWire final : public RankLink::Wire {
   }
 
   grpc::Status Register(grpc::ClientContext* ctx) override {
+    response_.Clear();
     return stub_->Register(ctx, request_, &response_);
   }
 

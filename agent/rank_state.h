@@ -1,7 +1,7 @@
 // RankState: one rank's half of the plan protocol (docs/protocol.md), with
-// no I/O: the one place its rules are written. Agent (agent/agent.h) runs
-// one behind its own Session stream; HostAgent (agent/host_agent.h) runs
-// several over one HostSession stream. The rules:
+// no I/O: the one place its rules are written. RankLink (rank_link.h) holds
+// one per rank it carries: Agent (agent.h) one behind its own Session
+// stream, HostAgent (host_agent.h) several over one HostSession. The rules:
 //
 //   - PREPARE newer than anything settled or held, apply iteration still
 //     ahead -> hold it, ack PREPARED (committed at once when the plan says
@@ -17,8 +17,7 @@
 // Outgoing reports and acks are queued here (reports bounded, dropping the
 // oldest; acks bounded at 256) for the transport to take.
 //
-// Not thread-safe: the owner (Agent, HostAgent) serialises every call with
-// its own lock.
+// Not thread-safe: the owner (RankLink) serialises every call with its lock.
 #ifndef DYNMO_AGENT_RANK_STATE_H_
 #define DYNMO_AGENT_RANK_STATE_H_
 
