@@ -45,7 +45,6 @@
 #include "agent/agent.h"
 #include "agent/channel.h"
 #include "agent/host_agent.h"
-#include "relay/node_relay.h"
 #include "cli/program_info.h"
 #include "coordinator/core/measures.h"
 #include "coordinator/core/partition.h"
@@ -53,6 +52,7 @@
 #include "coordinator/core/trace.h"
 #include "coordinator/formats/trace_json.h"
 #include "nlohmann/json.hpp"
+#include "relay/node_relay.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:50051", "coordinator address");
 ABSL_FLAG(std::string, job, "loadgen", "job name");
@@ -102,42 +102,6 @@ double Percentile(std::vector<double> v, double p) {
   size_t i = static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5);
   return v[std::min(i, v.size() - 1)];
 }
-
-// One simulated rank, whichever transport carries it: its own Agent, or a
-// HostedRank of a HostAgent shared with other ranks.
-class SimRank {
- public:
-  virtual ~SimRank() = default;
-  virtual std::optional<v1::Plan> PlanToApplyAt(int64_t k) = 0;
-  virtual absl::Status Acknowledge(uint64_t epoch, bool applied,
-                                   const std::string& detail) = 0;
-  virtual absl::Status ReportIteration(const agent::IterationSample& s) = 0;
-  virtual agent::AgentStats stats() const = 0;
-  virtual bool WaitConnected(absl::Duration timeout) const = 0;
-};
-
-template <typename T>
-class SimRankOf final : public SimRank {
- public:
-  explicit SimRankOf(T* rank) : rank_(rank) {}
-  std::optional<v1::Plan> PlanToApplyAt(int64_t k) override {
-    return rank_->PlanToApplyAt(k);
-  }
-  absl::Status Acknowledge(uint64_t epoch, bool applied,
-                           const std::string& detail) override {
-    return rank_->Acknowledge(epoch, applied, detail);
-  }
-  absl::Status ReportIteration(const agent::IterationSample& s) override {
-    return rank_->ReportIteration(s);
-  }
-  agent::AgentStats stats() const override { return rank_->stats(); }
-  bool WaitConnected(absl::Duration timeout) const override {
-    return rank_->WaitConnected(timeout);
-  }
-
- private:
-  T* rank_;
-};
 
 double ImbalanceOf(const core::TraceRecord& record,
                    const std::vector<int>& boundaries) {
@@ -265,7 +229,9 @@ int main(int argc, char** argv) {
 
   std::vector<std::unique_ptr<agent::Agent>> single;    // per_session == 1
   std::vector<std::unique_ptr<agent::HostAgent>> hosts;  // per_session > 1
-  std::vector<std::unique_ptr<SimRank>> ranks;
+  // Every simulated rank, whichever transport carries it: an Agent is the
+  // one HostedRank of its own session, a HostAgent hands out one per rank.
+  std::vector<agent::HostedRank*> ranks;
   std::vector<agent::AgentConfig> pending_host;
   for (int r = 0; r < agents; ++r) {
     agent::AgentConfig c;
@@ -296,7 +262,7 @@ int main(int argc, char** argv) {
       absl::StatusOr<std::unique_ptr<agent::Agent>> a = agent::Agent::Start(c);
       if (!a.ok()) return Die(std::string(a.status().message()));
       single.push_back(*std::move(a));
-      ranks.push_back(std::make_unique<SimRankOf<agent::Agent>>(single.back().get()));
+      ranks.push_back(single.back().get());
       continue;
     }
     pending_host.push_back(c);
@@ -313,8 +279,7 @@ int main(int argc, char** argv) {
     if (!h.ok()) return Die(std::string(h.status().message()));
     hosts.push_back(*std::move(h));
     for (size_t i = 0; i < hosts.back()->size(); ++i) {
-      ranks.push_back(std::make_unique<SimRankOf<agent::HostedRank>>(
-          &hosts.back()->rank(i)));
+      ranks.push_back(&hosts.back()->rank(i));
     }
   }
   const absl::Time connect_deadline =
