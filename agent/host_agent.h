@@ -38,6 +38,7 @@
 #include "absl/time/time.h"
 #include "agent/agent_config.h"
 #include "agent/channel.h"
+#include "agent/hosted_rank.h"
 #include "dynmo/v1/plan.pb.h"
 #include "grpcpp/channel.h"
 
@@ -62,30 +63,6 @@ struct HostAgentConfig {
   absl::Duration rpc_timeout = absl::Seconds(5);
 };
 
-namespace internal {
-class HostCore;  // host_agent.cc
-}  // namespace internal
-
-// One hosted rank: the same calls and guarantees as Agent's.
-class HostedRank {
- public:
-  absl::Status ReportIteration(const IterationSample& sample);
-  std::optional<dynmo::v1::Plan> LatestCommittedPlan() const;
-  std::optional<dynmo::v1::Plan> PlanToApplyAt(int64_t iteration);
-  absl::Status Acknowledge(uint64_t epoch, bool applied,
-                           const std::string& detail = "");
-  AgentStats stats() const;
-  bool WaitConnected(absl::Duration timeout) const;
-  bool Flush(absl::Duration timeout) const;
-
- private:
-  friend class HostAgent;
-  HostedRank(internal::HostCore* core, size_t index)
-      : core_(core), index_(index) {}
-  internal::HostCore* core_;  // owned by the HostAgent
-  size_t index_;
-};
-
 class HostAgent {
  public:
   // Validates the config (each rank as Agent does; one job; distinct ranks)
@@ -104,8 +81,8 @@ class HostAgent {
   void Stop();
 
  private:
-  explicit HostAgent(std::unique_ptr<internal::HostCore> core);
-  std::unique_ptr<internal::HostCore> core_;
+  explicit HostAgent(std::unique_ptr<RankLink> link);
+  std::unique_ptr<RankLink> link_;
   std::vector<HostedRank> ranks_;
 };
 

@@ -84,9 +84,9 @@ absl::Status RankState::Report(const IterationSample& s) {
   if (pending_ && s.iteration >= pending_->apply_iteration()) {
     FailPending("apply iteration passed without the plan applied");
   }
-  reports_.push_back(std::move(r));
-  while (reports_.size() > config_.queue_capacity) {
-    reports_.pop_front();
+  out_.reports.push_back(std::move(r));
+  while (out_.reports.size() > config_.queue_capacity) {
+    out_.reports.pop_front();
     ++stats_.samples_dropped;
   }
   return absl::OkStatus();
@@ -149,10 +149,10 @@ void RankState::QueueAck(uint64_t epoch, PlanAck::State state,
   a.set_state(state);
   a.set_iteration(last_iteration_);
   a.set_detail(detail);
-  acks_.push_back(std::move(a));
+  out_.acks.push_back(std::move(a));
   ++unsent_acks_;
-  while (acks_.size() > kMaxQueuedAcks) {
-    acks_.pop_front();
+  while (out_.acks.size() > kMaxQueuedAcks) {
+    out_.acks.pop_front();
     --unsent_acks_;
   }
 }

@@ -1,7 +1,7 @@
 // RankState: one rank's half of the plan protocol (docs/protocol.md), with
-// no I/O: the one place its rules are written. Agent (agent/agent.h) runs
-// one behind its own Session stream; HostAgent (agent/host_agent.h) runs
-// several over one HostSession stream. The rules:
+// no I/O: the one place its rules are written. RankLink (rank_link.h) holds
+// one per rank it carries: Agent (agent.h) one behind its own Session
+// stream, HostAgent (host_agent.h) several over one HostSession. The rules:
 //
 //   - PREPARE newer than anything settled or held, apply iteration still
 //     ahead -> hold it, ack PREPARED (committed at once when the plan says
@@ -17,8 +17,7 @@
 // Outgoing reports and acks are queued here (reports bounded, dropping the
 // oldest; acks bounded at 256) for the transport to take.
 //
-// Not thread-safe: the owner (Agent, HostAgent) serialises every call with
-// its own lock.
+// Not thread-safe: the owner (RankLink) serialises every call with its lock.
 #ifndef DYNMO_AGENT_RANK_STATE_H_
 #define DYNMO_AGENT_RANK_STATE_H_
 
@@ -30,6 +29,7 @@
 
 #include "absl/status/status.h"
 #include "agent/agent_config.h"
+#include "agent/host_batch.h"
 #include "dynmo/v1/agent.pb.h"
 #include "dynmo/v1/plan.pb.h"
 
@@ -63,8 +63,9 @@ class RankState {
   const std::string& session_key() const { return session_key_; }
 
   // Outgoing queues, oldest first. The transport pops from them.
-  std::deque<dynmo::v1::PlanAck>& acks() { return acks_; }
-  std::deque<dynmo::v1::IterationReport>& reports() { return reports_; }
+  RankQueues& queues() { return out_; }
+  std::deque<dynmo::v1::PlanAck>& acks() { return out_.acks; }
+  std::deque<dynmo::v1::IterationReport>& reports() { return out_.reports; }
   // Acks queued or being written (for Flush).
   int64_t unsent_acks() const { return unsent_acks_; }
   // The transport wrote an ack taken from acks(), or lost it with a stream.
@@ -83,8 +84,7 @@ class RankState {
   void FailPending(const std::string& why);
 
   AgentConfig config_;  // coordinates change with an applied re-shape
-  std::deque<dynmo::v1::IterationReport> reports_;
-  std::deque<dynmo::v1::PlanAck> acks_;
+  RankQueues out_;
   int64_t unsent_acks_ = 0;
   int64_t last_iteration_ = -1;
   uint64_t applied_epoch_ = 0;

@@ -14,7 +14,7 @@
 // --ranks_per_session K > 1 hosts K consecutive ranks per process-like
 // agent::HostAgent over ONE multiplexed HostSession stream (one per node in
 // production: 8), instead of one Agent and one Session per rank.
-// --relay_ranks_per_node K runs one agent::NodeRelay per K ranks (what
+// --relay_ranks_per_node K runs one relay::NodeRelay per K ranks (what
 // dynmo-launch runs on each node): every rank keeps its own Agent, which
 // dials its node's relay on a Unix-domain socket, and each relay carries its
 // node to the coordinator on one HostSession.
@@ -45,7 +45,6 @@
 #include "agent/agent.h"
 #include "agent/channel.h"
 #include "agent/host_agent.h"
-#include "agent/node_relay.h"
 #include "cli/program_info.h"
 #include "coordinator/core/measures.h"
 #include "coordinator/core/partition.h"
@@ -53,6 +52,7 @@
 #include "coordinator/core/trace.h"
 #include "coordinator/formats/trace_json.h"
 #include "nlohmann/json.hpp"
+#include "relay/node_relay.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:50051", "coordinator address");
 ABSL_FLAG(std::string, job, "loadgen", "job name");
@@ -82,7 +82,7 @@ ABSL_FLAG(int, threads, 2, "threads that send the simulated reports");
 ABSL_FLAG(int, ranks_per_session, 1,
           "ranks multiplexed over one HostSession (1: one Session per rank)");
 ABSL_FLAG(int, relay_ranks_per_node, 0,
-          "ranks per simulated node behind a node relay (agent/node_relay.h): "
+          "ranks per simulated node behind a node relay (relay/node_relay.h): "
           "each rank runs its own Agent against its node's relay on a "
           "Unix-domain socket, each relay carries its node on one HostSession "
           "(0: no relays)");
@@ -102,42 +102,6 @@ double Percentile(std::vector<double> v, double p) {
   size_t i = static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5);
   return v[std::min(i, v.size() - 1)];
 }
-
-// One simulated rank, whichever transport carries it: its own Agent, or a
-// HostedRank of a HostAgent shared with other ranks.
-class SimRank {
- public:
-  virtual ~SimRank() = default;
-  virtual std::optional<v1::Plan> PlanToApplyAt(int64_t k) = 0;
-  virtual absl::Status Acknowledge(uint64_t epoch, bool applied,
-                                   const std::string& detail) = 0;
-  virtual absl::Status ReportIteration(const agent::IterationSample& s) = 0;
-  virtual agent::AgentStats stats() const = 0;
-  virtual bool WaitConnected(absl::Duration timeout) const = 0;
-};
-
-template <typename T>
-class SimRankOf final : public SimRank {
- public:
-  explicit SimRankOf(T* rank) : rank_(rank) {}
-  std::optional<v1::Plan> PlanToApplyAt(int64_t k) override {
-    return rank_->PlanToApplyAt(k);
-  }
-  absl::Status Acknowledge(uint64_t epoch, bool applied,
-                           const std::string& detail) override {
-    return rank_->Acknowledge(epoch, applied, detail);
-  }
-  absl::Status ReportIteration(const agent::IterationSample& s) override {
-    return rank_->ReportIteration(s);
-  }
-  agent::AgentStats stats() const override { return rank_->stats(); }
-  bool WaitConnected(absl::Duration timeout) const override {
-    return rank_->WaitConnected(timeout);
-  }
-
- private:
-  T* rank_;
-};
 
 double ImbalanceOf(const core::TraceRecord& record,
                    const std::vector<int>& boundaries) {
@@ -236,13 +200,13 @@ int main(int argc, char** argv) {
   // Node relays: one per simulated node, each on its own socket and its own
   // upstream connection, as separate processes would be.
   std::string relay_dir;
-  std::vector<std::unique_ptr<agent::NodeRelay>> relays;
+  std::vector<std::unique_ptr<relay::NodeRelay>> relays;
   if (per_node > 0) {
     char dir[] = "/tmp/dynmo-loadgen-XXXXXX";
     if (mkdtemp(dir) == nullptr) return Die("cannot create a directory for the relays' sockets");
     relay_dir = dir;
     for (int n = 0; n * per_node < agents; ++n) {
-      agent::NodeRelayConfig rc;
+      relay::NodeRelayConfig rc;
       rc.listen = absl::StrCat("unix:", relay_dir, "/relay-", n, ".sock");
       rc.coordinator = absl::GetFlag(FLAGS_coordinator);
       rc.channel = co;
@@ -250,7 +214,8 @@ int main(int argc, char** argv) {
       rc.token = token;
       rc.job = absl::GetFlag(FLAGS_job);
       rc.host = absl::StrCat(absl::GetFlag(FLAGS_host_prefix), "node-", n);
-      absl::StatusOr<std::unique_ptr<agent::NodeRelay>> relay = agent::NodeRelay::Start(rc);
+      absl::StatusOr<std::unique_ptr<dynmo::relay::NodeRelay>> relay =
+          dynmo::relay::NodeRelay::Start(rc);
       if (!relay.ok()) return Die(std::string(relay.status().message()));
       relays.push_back(*std::move(relay));
     }
@@ -264,7 +229,9 @@ int main(int argc, char** argv) {
 
   std::vector<std::unique_ptr<agent::Agent>> single;    // per_session == 1
   std::vector<std::unique_ptr<agent::HostAgent>> hosts;  // per_session > 1
-  std::vector<std::unique_ptr<SimRank>> ranks;
+  // Every simulated rank, whichever transport carries it: an Agent is the
+  // one HostedRank of its own session, a HostAgent hands out one per rank.
+  std::vector<agent::HostedRank*> ranks;
   std::vector<agent::AgentConfig> pending_host;
   for (int r = 0; r < agents; ++r) {
     agent::AgentConfig c;
@@ -295,7 +262,7 @@ int main(int argc, char** argv) {
       absl::StatusOr<std::unique_ptr<agent::Agent>> a = agent::Agent::Start(c);
       if (!a.ok()) return Die(std::string(a.status().message()));
       single.push_back(*std::move(a));
-      ranks.push_back(std::make_unique<SimRankOf<agent::Agent>>(single.back().get()));
+      ranks.push_back(single.back().get());
       continue;
     }
     pending_host.push_back(c);
@@ -312,8 +279,7 @@ int main(int argc, char** argv) {
     if (!h.ok()) return Die(std::string(h.status().message()));
     hosts.push_back(*std::move(h));
     for (size_t i = 0; i < hosts.back()->size(); ++i) {
-      ranks.push_back(std::make_unique<SimRankOf<agent::HostedRank>>(
-          &hosts.back()->rank(i)));
+      ranks.push_back(&hosts.back()->rank(i));
     }
   }
   const absl::Time connect_deadline =
@@ -460,7 +426,7 @@ int main(int argc, char** argv) {
   int64_t messages_down = 0, messages_up = 0, upstream_messages = 0;
   int64_t rank_sessions = 0, rank_sessions_ended = 0, stale_sessions = 0;
   for (auto& relay : relays) {
-    const agent::NodeRelayStats rs = relay->stats();
+    const dynmo::relay::NodeRelayStats rs = relay->stats();
     upstream_breaks += rs.upstream_breaks;
     upstream_sessions += rs.upstream_sessions;
     attached += rs.attached_ranks;

@@ -220,7 +220,7 @@ absl::StatusOr<int> FreeLoopbackPort() {
 // --coordinator_token_file / --coordinator_tls_* flags.
 absl::StatusOr<std::unique_ptr<launcher::LocalRelay>> StartRelay(
     const launcher::JobEnvironment& job) {
-  agent::NodeRelayConfig c;
+  relay::NodeRelayConfig c;
   c.coordinator = job.coordinator;
   c.job = job.job;
   c.channel.tls_ca = absl::GetFlag(FLAGS_coordinator_tls_ca);
@@ -364,11 +364,11 @@ int main(int argc, char** argv) {
                         timeout = absl::Seconds(stuck_s)](
                            absl::Time now,
                            const std::vector<std::pair<int, pid_t>>& running) {
-      const std::vector<agent::RankProgress> progress = relay->progress();
+      const std::vector<dynmo::relay::RankProgress> progress = relay->progress();
       std::vector<launcher::RankLiveness> live;
       for (const auto& [rank, pid] : running) {
         launcher::RankLiveness l{rank, pid, -1, launched, launcher::ProcessStopped(pid)};
-        for (const agent::RankProgress& p : progress) {
+        for (const dynmo::relay::RankProgress& p : progress) {
           if (p.rank != rank) continue;
           l.last_iteration = p.last_iteration;
           l.last_progress = std::max(launched, p.last_report);

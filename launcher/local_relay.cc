@@ -20,7 +20,7 @@ void RemoveSocketDir(const std::string& dir) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<LocalRelay>> LocalRelay::Start(
-    agent::NodeRelayConfig config) {
+    relay::NodeRelayConfig config) {
   const char* tmp = std::getenv("TMPDIR");
   std::string pattern =
       absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp", "/dynmo-relay-XXXXXX");
@@ -31,8 +31,8 @@ absl::StatusOr<std::unique_ptr<LocalRelay>> LocalRelay::Start(
         "cannot create the relay's socket directory ", pattern, ": ", strerror(errno)));
   }
   config.listen = absl::StrCat("unix:", pattern, "/relay.sock");
-  absl::StatusOr<std::unique_ptr<agent::NodeRelay>> relay =
-      agent::NodeRelay::Start(config);
+  absl::StatusOr<std::unique_ptr<relay::NodeRelay>> relay =
+      relay::NodeRelay::Start(config);
   if (!relay.ok()) {
     RemoveSocketDir(pattern);
     return relay.status();

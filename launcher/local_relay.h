@@ -1,4 +1,4 @@
-// LocalRelay: the node relay dynmo-launch runs for its ranks (agent/
+// LocalRelay: the node relay dynmo-launch runs for its ranks (relay/
 // node_relay.h): a NodeRelay listening on relay.sock inside a private
 // (mode 0700) directory under $TMPDIR (default /tmp), so only the launching
 // user's processes can reach it; the directory is removed when the relay
@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "agent/node_relay.h"
+#include "relay/node_relay.h"
 
 namespace dynmo::launcher {
 
@@ -24,7 +24,7 @@ class LocalRelay {
   // `config.listen` is set here; everything else (coordinator, job, TLS,
   // token) is the caller's.
   static absl::StatusOr<std::unique_ptr<LocalRelay>> Start(
-      agent::NodeRelayConfig config);
+      relay::NodeRelayConfig config);
   ~LocalRelay();
 
   LocalRelay(const LocalRelay&) = delete;
@@ -32,14 +32,14 @@ class LocalRelay {
 
   // "unix:<dir>/relay.sock"
   const std::string& address() const { return relay_->address(); }
-  agent::NodeRelayStats stats() const { return relay_->stats(); }
-  std::vector<agent::RankProgress> progress() const { return relay_->progress(); }
+  relay::NodeRelayStats stats() const { return relay_->stats(); }
+  std::vector<relay::RankProgress> progress() const { return relay_->progress(); }
 
  private:
-  LocalRelay(std::string dir, std::unique_ptr<agent::NodeRelay> relay)
+  LocalRelay(std::string dir, std::unique_ptr<relay::NodeRelay> relay)
       : dir_(std::move(dir)), relay_(std::move(relay)) {}
   std::string dir_;
-  std::unique_ptr<agent::NodeRelay> relay_;
+  std::unique_ptr<relay::NodeRelay> relay_;
 };
 
 }  // namespace dynmo::launcher

@@ -1,6 +1,6 @@
 // StuckRank: whether a single-node job stopped making progress, and which
 // rank to name. Progress is each rank's newest iteration report (as the
-// node relay saw it, agent/node_relay.h); a rank that has not reported
+// node relay saw it, relay/node_relay.h); a rank that has not reported
 // yet counts from the launch. A job is stuck when some rank's newest
 // report is older than the timeout. Blamed, in this order: a rank whose
 // process is stopped (SIGSTOP, a debugger), then the rank furthest behind

@@ -2,14 +2,15 @@
 """Fails when a source file includes something its folder may not.
 
 The directions are the ones each top-level folder's README states: the
-decision core depends on nothing of ours, the service never on the agent or
-the trainer, the agent / trainer / clients never on the service, nothing on
-the trainer or the launcher, and LibTorch only in the trainer (and in tests
-and benchmarks). Inside the trainer it checks the floors trainer/README.md
-lists: a floor includes itself and the floors below it, never one above,
-and the bottom floors stay free of LibTorch. It also fails on include cycles
-between modules (a module is a .h/.cc pair; a .cc including another
-module's header is an edge).
+decision core depends on nothing of ours, the service never on the agent, the
+relay or the trainer, the agent never on the relay, the agent / relay /
+trainer / clients never on the service, nothing on the trainer or the
+launcher, and LibTorch only in the trainer (and in tests and benchmarks).
+Inside the trainer it checks the floors trainer/README.md lists: a floor
+includes itself and the floors below it, never one above, and the bottom
+floors stay free of LibTorch. It also fails on include cycles between
+modules (a module is a .h/.cc pair; a .cc including another module's header
+is an edge).
 
     python3 scripts/check-includes.py [ROOT]     # exit 0: clean, 1: findings
 """
@@ -28,11 +29,13 @@ ALLOWED = {
     "coordinator/service": {"coordinator/core", "coordinator/formats",
                             "coordinator/service", "dynmo/v1", "cli", "rpc"},
     "agent": {"agent", "coordinator/core", "dynmo/v1", "rpc"},
+    # The node relay: a server for the agents, a client of the coordinator.
+    "relay": {"relay", "agent", "dynmo/v1", "rpc"},
     "rpc": {"rpc"},
-    "clients": {"clients", "agent", "coordinator/core", "coordinator/formats", "dynmo/v1",
-                "cli", "rpc"},
-    "launcher": {"launcher", "agent", "coordinator/service", "coordinator/core", "dynmo/v1",
-                 "cli", "rpc"},
+    "clients": {"clients", "agent", "relay", "coordinator/core", "coordinator/formats",
+                "dynmo/v1", "cli", "rpc"},
+    "launcher": {"launcher", "agent", "relay", "coordinator/service", "coordinator/core",
+                 "dynmo/v1", "cli", "rpc"},
     "kernels": {"kernels"},
     # trainer/ itself holds no sources, only its floors (TRAINER_FLOORS).
     "trainer": set(),
@@ -56,7 +59,7 @@ TRAINER_PLAIN = {"trainer/data", "trainer/layout", "trainer/config"}
 # Folders whose own code may include any of ours (they test or measure it).
 ANYTHING = {"tests", "bench", "examples"}
 OURS = ["cli", "rpc", "coordinator/core", "coordinator/formats", "coordinator/tools",
-        "coordinator/service", "agent", "clients", "launcher", "kernels",
+        "coordinator/service", "agent", "relay", "clients", "launcher", "kernels",
         "trainer", "python", "dynmo/v1", "tests", "bench"] + [
             "trainer/" + f for f in TRAINER_FLOORS]
 TORCH = ("torch/", "ATen/", "c10/", "caffe2/")

@@ -4,7 +4,7 @@
 // lost coordinator makes every rank re-register through the relay; a rank
 // that leaves is dropped from the upstream session; what the relay must
 // refuse it refuses with a clear status.
-#include "agent/node_relay.h"
+#include "relay/node_relay.h"
 
 #include <stdlib.h>
 #include <unistd.h>
@@ -24,6 +24,9 @@
 namespace dynmo::agent {
 namespace {
 
+using relay::NodeRelay;
+using relay::NodeRelayConfig;
+using relay::NodeRelayStats;
 using service::EmbeddedCoordinator;
 
 constexpr int kStages = 4;
