@@ -92,8 +92,8 @@ def train(rank, world, init_file, out_dir, cfg):
                 record["moved"] += pipe.apply_plan(plan)
             except ValueError as e:
                 record["errors"].append(str(e))
-        if step == cfg.get("kill_coordinator_at") and pipe._local_coordinator is not None:
-            pipe._local_coordinator.stop()  # the coordinator vanishes mid-run
+        if step == cfg.get("kill_coordinator_at") and pipe._link is not None:
+            pipe._link.stop_coordinator()  # the coordinator vanishes mid-run
         applied = pipe.begin_iteration(step)
         if applied is not None:
             record["plans"].append([step, list(applied.boundaries)])

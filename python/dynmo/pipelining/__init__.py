@@ -9,7 +9,10 @@ job's layers re-split live by the coordinator (docs/python.md).
 ``DynamicPipeline`` (pipeline.py) is the one entry; ``ModelLayout``
 (layout.py) says what a torchtitan-style model must look like;
 ``send_layer`` / ``recv_layer`` (layer_transfer.py) move a layer with any
-optimizer's state; ``Topology`` (topology.py) places pp x dp ranks.
+optimizer's state; ``Topology`` (topology.py) places pp x dp ranks;
+``CostMeter`` (cost_meter.py) measures the layers, ``JobLink``
+(job_link.py) talks to the coordinator, ``plan_problem`` (plan_check.py)
+says whether a plan applies.
 Importing it imports torch.
 """
 from dynmo.pipelining.layer_transfer import recv_layer, send_layer

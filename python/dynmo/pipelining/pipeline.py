@@ -34,24 +34,23 @@ Not thread-safe: the training thread.
 from __future__ import annotations
 
 import logging
-import socket
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.pipelining import PipelineStage
-from torch.distributed.pipelining.schedules import (PipelineScheduleMulti,
-                                                    PipelineScheduleSingle,
+from torch.distributed.pipelining.schedules import (PipelineScheduleSingle,
                                                     get_schedule_class)
 
+from dynmo.pipelining.cost_meter import CostMeter
+from dynmo.pipelining.job_link import JobLink
 from dynmo.pipelining.layer_transfer import recv_layer, send_layer
 from dynmo.pipelining.layout import ModelLayout, ModelParts
+from dynmo.pipelining.plan_check import plan_problem
 from dynmo.pipelining.topology import Topology
-from dynmo.torch.memory import tensor_bytes
 from dynmo.torch.plan import agree_on_plan
-from dynmo.torch.timing import LayerTimer
-from dynmo.types import LayerCost, Plan
+from dynmo.types import Plan
 
 _log = logging.getLogger("dynmo.pipelining")
 
@@ -165,23 +164,18 @@ class DynamicPipeline:
             raise ValueError("dynmo.pipelining: timing=False leaves the coordinator nothing to "
                              "decide from")
         self._timing = timing
-        self.timer = LayerTimer(self.device, measure_activations=measure_activations)
-        self.layer_seconds: Dict[int, float] = {}  # the last iteration's, per layer
-        # Activation bytes per layer and micro-batch, counted on sampled
-        # iterations only (a Python hook per saved tensor costs ~5% of a
-        # small model's step): the first after each build, then every
-        # ``activation_sample_every``.
-        self.activation_sample_every = 16
-        self._activation_bytes: Dict[int, int] = {}
-        self._sample_activations = measure_activations
-        self._wgrad_marks: List[tuple] = []  # (start, end, layer shares) per W action
-        self.weight_gradient_seconds: Dict[int, float] = {}
+        self.meter = CostMeter(self.device, n_microbatches, measure_activations)
         self._build()
-        self._agents: Dict[int, Any] = {}
-        self._local_coordinator = None
+        self._link: Optional[JobLink] = None
         if coordinator:
-            self._connect(coordinator, job, policy or {}, list(coordinator_flags),
-                          token_file, tls_ca)
+            self._link = JobLink.connect(
+                coordinator, job=job, stages=self.local_stage_ids, num_stages=stages,
+                dp=dp, dp_rank=self.topology.dp_rank, num_layers=self.layout.num_layers,
+                boundaries=self.boundaries, microbatches=n_microbatches,
+                schedule=_agent_schedule(self.schedule_name),
+                device_index=self.device.index or 0, wire=self._wire,
+                policy=policy or {}, flags=coordinator_flags, token_file=token_file,
+                tls_ca=tls_ca)
 
     # ---- what the user's loop reads ----------------------------------------
 
@@ -225,55 +219,44 @@ class DynamicPipeline:
         holds it; returns the plan applied (else None). Collective."""
         self.last_moved_bytes = 0
         plan = self._apply_due_plan(iteration)
-        self.timer.measure_activations = self._sample_activations and (
-            not self._activation_bytes or iteration % self.activation_sample_every == 0)
+        self.meter.begin(iteration)
         return plan
 
     def _apply_due_plan(self, iteration: int) -> Optional[Plan]:
-        if not self._agents or self.released:
+        if self._link is None or self.released:
             return None
-        plans = [a.plan_to_apply_at(iteration) for a in self._agents.values()]
-        plan = plans[0] if all(p is not None and p.epoch == plans[0].epoch for p in plans) \
-            else None
-        held_by_all = agree_on_plan(plan, group=self.topology.job_group, device=self._wire)
-        if not held_by_all:
+        plan = self._link.plan_due(iteration)
+        if not agree_on_plan(plan, group=self.topology.job_group, device=self._wire):
             if plan is not None:
-                self._acknowledge(plan, False, "not every rank holds this epoch")
+                self._link.acknowledge(plan, False, "not every rank holds this epoch")
             return None
         why = self.check_plan(plan)
         if why:
             _log.warning("dynmo.pipelining: plan epoch %d not applied: %s", plan.epoch, why)
-            self._acknowledge(plan, False, why)
+            self._link.acknowledge(plan, False, why)
             return None
         self.apply_plan(plan)
-        self._acknowledge(plan, True, "")
+        self._link.acknowledge(plan, True, "")
         return plan
 
     def end_iteration(self, iteration: int) -> None:
         """Reports this iteration's per-layer costs (after optimizer.step)."""
-        timings = self.timer.collect()
-        wgrad = self._collect_weight_gradients()
-        self.weight_gradient_seconds = wgrad  # the last iteration's W time, per layer
-        self.layer_seconds = {i: t.fwd_s + t.bwd_s + wgrad.get(i, 0.0)
-                              for i, t in timings.items()}
-        if self.timer.measure_activations:
-            self._activation_bytes = {i: t.activation_bytes // self.n_microbatches
-                                      for i, t in timings.items()}
-        if not self._agents or self.released:
+        self.meter.end()
+        if self._link is None or self.released:
             return
-        m = self.n_microbatches
-        for stage, agent in self._agents.items():
-            costs = []
-            for layer in self._range(stage):
-                t = timings.get(layer)
-                params = sum(p.numel() for mod in self.parts.held[layer]
-                             for p in mod.parameters())
-                costs.append(LayerCost(
-                    layer=layer, fwd_s=t.fwd_s / m if t else 0.0,
-                    bwd_s=t.bwd_s / m if t else 0.0, wgrad_s=wgrad.get(layer, 0.0) / m,
-                    params=params, resident_bytes=self._resident(layer),
-                    activation_bytes=self._activation_bytes.get(layer, 0)))
-            agent.report(iteration, costs, memory_used_bytes=self._memory_used(costs))
+        for stage in self._link.agents:
+            costs = self.meter.costs(self._range(stage), self.parts.held, self.optimizer)
+            self._link.report(stage, iteration, costs, self.meter.memory_used(costs))
+
+    @property
+    def layer_seconds(self) -> Dict[int, float]:
+        """The last iteration's measured seconds per held layer (all passes)."""
+        return self.meter.layer_seconds
+
+    @property
+    def weight_gradient_seconds(self) -> Dict[int, float]:
+        """The last iteration's W (weight-gradient) seconds per layer."""
+        return self.meter.weight_gradient_seconds
 
     @property
     def is_reporter(self) -> bool:
@@ -309,57 +292,21 @@ class DynamicPipeline:
     def close(self) -> None:
         """Flushes and stops the agents, then the embedded coordinator.
         Collective (a barrier over the world) when a coordinator was started."""
-        for a in self._agents.values():
-            a.flush(5.0)
-            a.stop()
-        self._agents = {}
-        if self._local_coordinator is not None or dist.get_world_size() > 1:
+        if self._link is not None:
+            self._link.close()
+        if dist.get_world_size() > 1:
             dist.barrier()
-        if self._local_coordinator is not None:
-            self._local_coordinator.stop()
-            self._local_coordinator = None
+        if self._link is not None:
+            self._link.stop_coordinator()
 
     # ---- plans -------------------------------------------------------------
 
     def check_plan(self, plan: Plan) -> str:
-        """Why ``plan`` cannot apply to this job ("" when it can). Pure:
-        every rank reaches the same answer."""
-        if plan.reshape:
-            return (f"re-shaping to pp {plan.reshape['pipeline_size']} x dp "
-                    f"{plan.reshape['data_parallel_size']} needs a restart under "
-                    f"torch.distributed.pipelining (docs/python.md)")
-        L = self.layout.num_layers
-        active = list(plan.active_stages)
-        if not active or any(s not in self.stage_ids for s in active):
-            return f"active stages {active} are not stages of this job {self.stage_ids}"
-        if len(plan.boundaries) != len(active) + 1 or plan.boundaries[0] != 0 or \
-                plan.boundaries[-1] != L or \
-                any(x >= y for x, y in zip(plan.boundaries, plan.boundaries[1:])):
-            return (f"boundaries {list(plan.boundaries)} are not {len(active) + 1} increasing "
-                    f"layer ids from 0 to {L}")
-        for move in plan.migrations:
-            if not 0 <= move.layer < L:
-                return f"it moves layer {move.layer}, which the model lacks (0..{L - 1})"
-            if move.from_stage not in self.stage_ids or move.to_stage not in self.stage_ids:
-                return f"it moves layer {move.layer} between unknown stages"
-        if plan.released_stages:
-            if self.topology.v != 1:
-                return (f"re-packing is offered for one stage per rank; {self.schedule_name} "
-                        f"runs {self.topology.v}")
-            if sorted(set(active) | set(plan.released_stages)) != sorted(self.stage_ids):
-                return "active and released stages do not cover the job's stages"
-        # The moves must turn today's layout into the plan's.
-        owner = {i: s for s in self.stage_ids for i in self._range(s)}
-        for move in plan.migrations:
-            if owner.get(move.layer) != move.from_stage:
-                return (f"it moves layer {move.layer} from stage {move.from_stage}, which does "
-                        f"not hold it")
-            owner[move.layer] = move.to_stage
-        for i, s in enumerate(active):
-            for layer in range(plan.boundaries[i], plan.boundaries[i + 1]):
-                if owner[layer] != s:
-                    return f"after its moves layer {layer} is not on stage {s}"
-        return ""
+        """Why ``plan`` cannot apply to this job ("" when it can); the same
+        answer on every rank (plan_check.py)."""
+        return plan_problem(plan, stage_ids=self.stage_ids, boundaries=self.boundaries,
+                            num_layers=self.layout.num_layers,
+                            stages_per_rank=self.topology.v, schedule=self.schedule_name)
 
     def apply_plan(self, plan: Plan) -> int:
         """Executes ``plan`` (checked first: ValueError, nothing changed, when it
@@ -370,7 +317,7 @@ class DynamicPipeline:
         topo = self.topology
         mine = set(self.local_stage_ids)
         moved = 0
-        wire = self._p2p_group()
+        wire = None  # moves address global ranks over the world group
         for move in plan.migrations:
             # Stage ids are original ids; the topology places positions
             # among the stages active before this plan.
@@ -413,9 +360,6 @@ class DynamicPipeline:
     def _wire(self) -> torch.device:
         return self.device if self.device.type == "cuda" else torch.device("cpu")
 
-    def _p2p_group(self) -> Optional[dist.ProcessGroup]:
-        return None  # moves address global ranks over the world group
-
     def _build(self) -> None:
         """Chunks, PipelineStages (in DDP when dp > 1), schedule and timer for
         the current layout."""
@@ -429,18 +373,16 @@ class DynamicPipeline:
             chunk = self.parts.chunk(r.start, r.stop)
             for layer in r:
                 mods = self.parts.held[layer]
-                timed[layer] = mods[0] if len(mods) == 1 else mods
+                timed[layer] = mods
             self.stage_modules.append(chunk)
             stages.append(PipelineStage(self._data_parallel(chunk), position, topo.num_stages,
                                         self.device, group=topo.pp_group))
         self.pipeline_stages = stages
-        self._activation_bytes = {}  # the layers changed: sample anew
         self._grad_signature = self._requires_grad_signature()
         if self._timing:
-            self.timer.attach(timed)
-        if self._timing and self.schedule_name in _SPLIT_BACKWARD:
-            for s in stages:
-                self._time_weight_gradients(s)
+            self.meter.attach(
+                timed, [(s, list(self._range(self.stage_ids[s.stage_index]))) for s in stages]
+                if self.schedule_name in _SPLIT_BACKWARD else [])
         if issubclass(self._schedule_cls, PipelineScheduleSingle):
             self._schedule = self._schedule_cls(stages[0], n_microbatches=self.n_microbatches,
                                                 loss_fn=self.loss_fn)
@@ -475,63 +417,10 @@ class DynamicPipeline:
     def _requires_grad_signature(self):
         return tuple(p.requires_grad for p in self.parts.parameters())
 
-    def _time_weight_gradients(self, stage: PipelineStage) -> None:
-        """Times the schedule's W actions of ``stage`` with the layer timer's
-        clock (CUDA events on a GPU: no host sync; read in end_iteration)
-        and shares each among its layers in proportion to their parameter
-        counts (weight-gradient work scales with the weights)."""
-        layers = list(self._range(self.stage_ids[stage.stage_index]))
-        sizes = {i: sum(p.numel() for m in self.parts.held[i] for p in m.parameters())
-                 for i in layers}
-        total = float(sum(sizes.values())) or 1.0
-        shares = [(i, sizes[i] / total) for i in layers]
-        inner = stage.backward_weight_one_chunk
-        clock = self.timer.clock
-
-        def timed(*args, **kwargs):
-            start = clock.mark()
-            out = inner(*args, **kwargs)
-            self._wgrad_marks.append((start, clock.mark(), shares))
-            return out
-
-        stage.backward_weight_one_chunk = timed
-
-    def _collect_weight_gradients(self) -> Dict[int, float]:
-        marks, self._wgrad_marks = self._wgrad_marks, []
-        out: Dict[int, float] = {}
-        if not marks:
-            return out
-        seconds = self.timer.clock.seconds([(a, b) for a, b, _ in marks])
-        for spent, (_, _, shares) in zip(seconds, marks):
-            for layer, share in shares:
-                out[layer] = out.get(layer, 0.0) + spent * share
-        return out
-
-    def _resident(self, layer: int) -> int:
-        total = 0
-        for m in self.parts.held[layer]:
-            for p in m.parameters():
-                total += tensor_bytes(p)
-                if p.grad is not None:
-                    total += tensor_bytes(p.grad)
-                for v in self.optimizer.state.get(p, {}).values():
-                    if isinstance(v, torch.Tensor):
-                        total += tensor_bytes(v)
-            for b in m.buffers():
-                total += tensor_bytes(b)
-        return total
-
-    def _memory_used(self, costs: List[LayerCost]) -> int:
-        if self.device.type == "cuda":
-            # What the caching allocator holds, cached blocks included: what
-            # the process really takes from the device.
-            return int(torch.cuda.memory_reserved(self.device))
-        return sum(c.resident_bytes for c in costs)
-
     def _release(self) -> None:
         """A re-pack released this rank: drop its layers, state and agents."""
         self.released = True
-        self.timer.detach()
+        self.meter.detach()
         self.parts.held.clear()
         self.optimizer.state.clear()
         for g in self.optimizer.param_groups:
@@ -543,45 +432,6 @@ class DynamicPipeline:
             torch.cuda.empty_cache()
         _log.info("dynmo.pipelining: rank %d released at epoch %d", self.topology.rank,
                   self.epoch)
-
-    def _acknowledge(self, plan: Plan, applied: bool, detail: str) -> None:
-        for a in self._agents.values():
-            try:
-                a.acknowledge(plan.epoch, applied, detail)
-            except Exception as e:  # an old epoch or a lost session: say it, go on
-                _log.warning("dynmo.pipelining: acknowledge epoch %d: %s", plan.epoch, e)
-
-    def _connect(self, coordinator: str, job: str, policy: Dict[str, Any], flags: List[str],
-                 token_file: Optional[str], tls_ca: Optional[str]) -> None:
-        import dynmo  # the C++ agent; only needed with a coordinator
-        topo = self.topology
-        address = coordinator
-        if coordinator == "embedded":
-            port = torch.zeros(1, dtype=torch.int64, device=self._wire)
-            if topo.rank == 0:
-                trigger = policy.get("trigger", "every:5")
-                extra = [f"--trigger={trigger}"]
-                if policy.get("repack"):
-                    extra.append("--repack=true")
-                self._local_coordinator = dynmo.LocalCoordinator(extra + flags)
-                port[0] = self._local_coordinator.port
-            dist.broadcast(port, 0)
-            address = f"127.0.0.1:{int(port.item())}"
-        stages = len(self.stage_ids)
-        for stage in self.local_stage_ids:
-            self._agents[stage] = dynmo.Agent(
-                address, job, stage * topo.dp + topo.dp_rank, pipeline_rank=stage,
-                pipeline_size=stages, data_parallel_rank=topo.dp_rank,
-                data_parallel_size=topo.dp, num_layers=self.layout.num_layers,
-                boundaries=self.boundaries, microbatches=self.n_microbatches,
-                schedule=_agent_schedule(self.schedule_name),
-                model_fingerprint=f"pipelining:{self.layout.num_layers}",
-                host=socket.gethostname(),
-                device=(self.device.index or 0) * topo.v + self.local_stage_ids.index(stage),
-                token_file=token_file, tls_ca=tls_ca, connect_timeout_s=20)
-        if topo.rank == 0 and coordinator != "embedded" and policy:
-            token = dynmo._core.read_token(token_file) if token_file else None
-            dynmo.set_policy(address, job, token=token, tls_ca=tls_ca, **policy)
 
 
 def _agent_schedule(name: str) -> str:
