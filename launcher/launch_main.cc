@@ -30,6 +30,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "cli/coordinator_flags.h"
 #include "cli/program_info.h"
 #include "coordinator/service/embedded_coordinator.h"
 #include "coordinator/service/event_log.h"
@@ -57,15 +58,8 @@ ABSL_FLAG(bool, relay, true,
 ABSL_FLAG(double, stuck_timeout_s, 600,
           "with the relay: stop the job and name the rank when a rank has "
           "reported no finished iteration for this long (0: never)");
-ABSL_FLAG(std::string, coordinator_token_file, "",
-          "bearer token the relay presents to a secured coordinator");
-ABSL_FLAG(std::string, coordinator_tls_ca, "",
-          "PEM CA: the relay reaches the coordinator over TLS");
-ABSL_FLAG(std::string, coordinator_tls_cert, "",
-          "PEM client certificate of the relay (mutual TLS; with _key)");
-ABSL_FLAG(std::string, coordinator_tls_key, "", "PEM client key of the relay");
-ABSL_FLAG(std::string, coordinator_tls_server_name, "",
-          "name to check in the coordinator's certificate");
+// --coordinator_token_file, --coordinator_tls_*: the relay's way to a
+// secured coordinator (cli/coordinator_flags.h).
 ABSL_FLAG(std::string, log_format, "logfmt",
           "the embedded coordinator's event log on stderr: logfmt or json");
 ABSL_FLAG(std::string, log_level, "info",
@@ -174,21 +168,10 @@ absl::Status ValidateFlags() {
     return absl::InvalidArgumentError("--stuck_timeout_s must be in [0, 1e7]");
   }
   const std::string coordinator = absl::GetFlag(FLAGS_coordinator);
-  if (coordinator != "embedded" && coordinator != "none" &&
-      (!absl::StrContains(coordinator, ':') ||
-       absl::StrContains(coordinator, ' '))) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--coordinator must be embedded, none or HOST:PORT, not '",
-        coordinator, "'"));
-  }
-  if (absl::GetFlag(FLAGS_coordinator_tls_cert).empty() !=
-      absl::GetFlag(FLAGS_coordinator_tls_key).empty()) {
-    return absl::InvalidArgumentError(
-        "--coordinator_tls_cert and --coordinator_tls_key go together");
-  }
-  const bool secured = !absl::GetFlag(FLAGS_coordinator_token_file).empty() ||
-                       !absl::GetFlag(FLAGS_coordinator_tls_ca).empty();
-  if (secured && (!absl::GetFlag(FLAGS_relay) || coordinator == "none")) {
+  if (absl::Status s = cli::CheckCoordinatorAddress(coordinator); !s.ok()) return s;
+  absl::StatusOr<cli::CoordinatorClientFlags> client = cli::ReadCoordinatorClientFlags();
+  if (!client.ok()) return client.status();
+  if (client->secured() && (!absl::GetFlag(FLAGS_relay) || coordinator == "none")) {
     return absl::InvalidArgumentError(
         "--coordinator_token_file and --coordinator_tls_* are the relay's: "
         "they need --relay and a coordinator (without the relay, give them "
@@ -223,12 +206,14 @@ absl::StatusOr<std::unique_ptr<launcher::LocalRelay>> StartRelay(
   relay::NodeRelayConfig c;
   c.coordinator = job.coordinator;
   c.job = job.job;
-  c.channel.tls_ca = absl::GetFlag(FLAGS_coordinator_tls_ca);
-  c.channel.tls_cert = absl::GetFlag(FLAGS_coordinator_tls_cert);
-  c.channel.tls_key = absl::GetFlag(FLAGS_coordinator_tls_key);
-  c.channel.tls_server_name = absl::GetFlag(FLAGS_coordinator_tls_server_name);
-  if (const std::string f = absl::GetFlag(FLAGS_coordinator_token_file); !f.empty()) {
-    absl::StatusOr<std::string> token = agent::ReadToken(f);
+  absl::StatusOr<cli::CoordinatorClientFlags> client = cli::ReadCoordinatorClientFlags();
+  if (!client.ok()) return client.status();
+  c.channel.tls_ca = client->tls_ca;
+  c.channel.tls_cert = client->tls_cert;
+  c.channel.tls_key = client->tls_key;
+  c.channel.tls_server_name = client->tls_server_name;
+  if (!client->token_file.empty()) {
+    absl::StatusOr<std::string> token = agent::ReadToken(client->token_file);
     if (!token.ok()) return token.status();
     c.token = *token;
   }

@@ -1,0 +1,56 @@
+// dynmo-train's runtime flags: devices, clocks, logs, traces, checkpoints,
+// memory.
+#include <cstdint>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "trainer/run/train_flags.h"
+
+ABSL_FLAG(std::string, log_json, "", "write one JSON record per iteration to this file");
+ABSL_FLAG(int, log_interval, 1, "iterations per progress line");
+ABSL_FLAG(int, intra_op_threads, 1, "LibTorch intra-op threads per rank");
+ABSL_FLAG(std::string, backend, "gloo",
+          "c10d backend: gloo (CPU) or nccl (needs a CUDA LibTorch build with NCCL)");
+ABSL_FLAG(std::string, device, "auto",
+          "where layers compute: auto (cuda when a GPU is visible, else cpu), cpu, "
+          "cuda (cuda:LOCAL_RANK) or cuda:N");
+ABSL_FLAG(std::string, layer_clock, "wall",
+          "what per-layer times measure on cpu: wall (steady clock) or cpu (CPU time "
+          "of the computing thread; robust when ranks share cores)");
+ABSL_FLAG(int, timeout_s, 300, "rendezvous and communication timeout, seconds");
+ABSL_FLAG(std::string, save_dir, "",
+          "write per-layer checkpoints under DIR/iter_<k>/ (layer_<id>.state + manifest.json)");
+ABSL_FLAG(int, save_every, 0,
+          "checkpoint every N iterations (0: only after the last; needs --save_dir)");
+ABSL_FLAG(std::string, load_dir, "",
+          "resume from the newest complete checkpoint under DIR (any --pp/--dp)");
+ABSL_FLAG(double, memory_capacity_gb, 0,
+          "memory capacity per rank reported to the coordinator, GiB "
+          "(0: physical memory / ranks on this host)");
+ABSL_FLAG(std::string, trace, "",
+          "rank 0 writes every iteration's per-layer profile to FILE "
+          "(JSON Lines, what dynmo-sim --trace replays)");
+ABSL_FLAG(bool, profile_layers, true,
+          "clock every layer's forward and backward (false: one clock per stage pass)");
+
+namespace dynmo::trainer {
+
+absl::Status ReadRuntimeFlags(TrainerConfig& c) {
+  c.log_json = absl::GetFlag(FLAGS_log_json);
+  c.log_interval = absl::GetFlag(FLAGS_log_interval);
+  c.intra_op_threads = absl::GetFlag(FLAGS_intra_op_threads);
+  c.timeout_s = absl::GetFlag(FLAGS_timeout_s);
+  c.backend = absl::GetFlag(FLAGS_backend);
+  c.device = absl::GetFlag(FLAGS_device);
+  c.layer_clock = absl::GetFlag(FLAGS_layer_clock);
+  c.save_dir = absl::GetFlag(FLAGS_save_dir);
+  c.save_every = absl::GetFlag(FLAGS_save_every);
+  c.load_dir = absl::GetFlag(FLAGS_load_dir);
+  c.memory_capacity_bytes =
+      static_cast<int64_t>(absl::GetFlag(FLAGS_memory_capacity_gb) * (1LL << 30));
+  c.trace = absl::GetFlag(FLAGS_trace);
+  c.profile_layers = absl::GetFlag(FLAGS_profile_layers);
+  return absl::OkStatus();
+}
+
+}  // namespace dynmo::trainer
