@@ -110,7 +110,8 @@ def train(rank, world, init_file, out_dir, cfg):
         pipe.lr_scheduler.step()
         pipe.optimizer.zero_grad(set_to_none=True)
         pipe.end_iteration(step)
-        record["wgrad_s"] = record.get("wgrad_s", 0.0) + sum(pipe.weight_gradient_seconds.values())
+        record["wgrad_layers"] = sorted(set(record.get("wgrad_layers", []))
+                                        | set(pipe.weight_gradient_seconds))
         record["layer_s"] = sorted(pipe.layer_seconds)
         if losses:
             record["losses"].append([step, pipe.topology.dp_rank,

@@ -72,10 +72,9 @@ def test_migrations_both_ways_train_bit_identically(schedule, plans):
     assert all(r["opt_groups"] == 1 for r in moved)  # the scheduler's groups stay aligned
     # Every layer a rank holds is timed; zero-bubble schedules time W apart.
     assert sorted(i for r in moved for i in r["layer_s"]) == list(range(moved[0]["layers"]))
-    if "ZeroBubble" in schedule:
-        assert sum(r["wgrad_s"] for r in moved) > 0
-    else:
-        assert all(r["wgrad_s"] == 0 for r in moved)
+    # (Which layers got W time, not how much: no clock decides a test.)
+    w_timed = sorted({i for r in moved for i in r["wgrad_layers"]})
+    assert w_timed == (list(range(moved[0]["layers"])) if "ZeroBubble" in schedule else [])
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adagrad"])

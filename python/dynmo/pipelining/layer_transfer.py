@@ -37,7 +37,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from dynmo.torch.migration import send_tensors
+from dynmo.torch.migration import recv_into, send_tensors
 
 _WITH_PARAM, _ON_CPU = 0, 1
 
@@ -132,13 +132,8 @@ def recv_layer(modules: Sequence[nn.Module], optimizer: Optional[torch.optim.Opt
                            f"{len(params)} here)")
     for p, flag in zip(params, info["requires_grad"]):
         p.requires_grad_(flag)  # a frozen layer stays frozen
-    received = 0
+    received = recv_into(params + _buffers(modules), src, group)
     with torch.no_grad():
-        for t in params + _buffers(modules):
-            buf = torch.empty_like(t, memory_format=torch.contiguous_format)
-            dist.recv(buf, src, group=group)
-            t.copy_(buf)
-            received += buf.numel() * buf.element_size()
         new_state: List[Dict[str, Any]] = []
         for p, (_, _, layout) in zip(params, info["meta"]):
             s: Dict[str, Any] = {}

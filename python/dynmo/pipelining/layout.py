@@ -95,7 +95,6 @@ class ModelParts:
         self.layout = layout
         self.device = device
         held = set(held)
-        blocks: nn.ModuleDict = getattr(model, layout.blocks)
         self.skeleton: Dict[int, List[nn.Module]] = {}
         self.held: Dict[int, List[nn.Module]] = {}
         for layer in range(layout.num_layers):
@@ -114,7 +113,6 @@ class ModelParts:
             raise ValueError(f"dynmo.pipelining: parameters outside the layers "
                              f"({', '.join(stray[:4])}) would be replicated on every stage")
         self.shell = model.to(device)
-        del blocks
 
     def empty_layer(self, layer: int) -> List[nn.Module]:
         """A layer of the same architecture with uninitialised tensors on the

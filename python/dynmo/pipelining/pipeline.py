@@ -70,7 +70,7 @@ def schedule_class(name: str):
         cls = get_schedule_class(name)
     except ValueError as e:
         raise ValueError(f"dynmo.pipelining: {e}") from None
-    why = _REFUSED.get(cls.__name__.replace("Schedule", "", 1)) or _REFUSED.get(cls.__name__)
+    why = _REFUSED.get(cls.__name__)
     if why:
         raise ValueError(f"dynmo.pipelining: schedule '{name}' cannot run a job: {why}")
     return cls

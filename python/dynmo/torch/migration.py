@@ -69,6 +69,20 @@ def send_layer(module: nn.Module, optimizer: Optional[torch.optim.Optimizer], ds
     return sent
 
 
+def recv_into(tensors: List[torch.Tensor], src: int,
+              group: Optional[dist.ProcessGroup] = None) -> int:
+    """Receives each tensor's new value in place (the twin of send_tensors);
+    returns the bytes received."""
+    received = 0
+    with torch.no_grad():
+        for t in tensors:
+            buf = torch.empty_like(t, memory_format=torch.contiguous_format)
+            dist.recv(buf, src, group=group)
+            t.copy_(buf)
+            received += buf.numel() * buf.element_size()
+    return received
+
+
 def send_tensors(tensors: List[torch.Tensor], dst: int,
                  group: Optional[dist.ProcessGroup] = None) -> int:
     """Sends each tensor as it is (contiguous); returns the bytes sent."""
@@ -88,13 +102,8 @@ def recv_layer(module: nn.Module, optimizer: Optional[torch.optim.Optimizer], sr
     device = _wire_device(module)
     header = torch.empty(len(params), dtype=torch.int64, device=device)
     dist.recv(header, src, group=group)
-    received = 0
+    received = recv_into(params + list(module.buffers()), src, group)
     with torch.no_grad():
-        for t in params + list(module.buffers()):
-            buf = torch.empty_like(t, memory_format=torch.contiguous_format)
-            dist.recv(buf, src, group=group)
-            t.copy_(buf)
-            received += buf.numel() * buf.element_size()
         new_state = {}
         for p, code in zip(params, header.tolist()):
             if code == 0:

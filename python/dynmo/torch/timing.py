@@ -68,8 +68,8 @@ class LayerTimer:
     def __init__(self, device: Optional[torch.device] = None,
                  measure_activations: bool = True) -> None:
         device = torch.device(device) if device is not None else torch.device("cpu")
-        self._clock = _CudaClock(device) if device.type == "cuda" else _CpuClock()
-        self.clock = self._clock  # mark() / seconds(pairs): for timing other work alike
+        # mark() / seconds(pairs); public so other work can be timed alike.
+        self.clock = _CudaClock(device) if device.type == "cuda" else _CpuClock()
         # Counting saved bytes runs a Python hook per saved tensor; a caller
         # may switch it off between samples (dynmo.pipelining does).
         self.measure_activations = measure_activations
@@ -109,7 +109,7 @@ class LayerTimer:
         for table, field in ((self._fwd, "fwd_s"), (self._bwd, "bwd_s")):
             for layer, pairs in table.items():
                 t = out.setdefault(layer, LayerTiming())
-                setattr(t, field, sum(self._clock.seconds(pairs)))
+                setattr(t, field, sum(self.clock.seconds(pairs)))
                 if field == "fwd_s":
                     t.calls = len(pairs)
         for layer, saved in self._saved.items():
@@ -134,13 +134,13 @@ class LayerTimer:
                 ctx = torch.autograd.graph.saved_tensors_hooks(self._pack(layer), _unpack)
                 ctx.__enter__()
                 self._saving.setdefault(layer, []).append(ctx)
-            self._open_fwd.setdefault(layer, []).append(self._clock.mark())
+            self._open_fwd.setdefault(layer, []).append(self.clock.mark())
         return hook
 
     def _fwd_post(self, layer: int):
         def hook(module, args, output):
             start = self._open_fwd[layer].pop()
-            self._fwd.setdefault(layer, []).append((start, self._clock.mark()))
+            self._fwd.setdefault(layer, []).append((start, self.clock.mark()))
             if self._saving.get(layer):
                 self._saving[layer].pop().__exit__(None, None, None)
             if torch.is_grad_enabled() and self._open_bwd.get(layer):
@@ -154,14 +154,14 @@ class LayerTimer:
     def _bwd_start(self, slot):
         def hook(grad):
             if slot["start"] is None:
-                slot["start"] = self._clock.mark()
+                slot["start"] = self.clock.mark()
         return hook
 
     def _bwd_end(self, layer: int, slot):
         def hook(grad):
             if slot["start"] is not None and not slot["done"]:
                 slot["done"] = True
-                self._bwd.setdefault(layer, []).append((slot["start"], self._clock.mark()))
+                self._bwd.setdefault(layer, []).append((slot["start"], self.clock.mark()))
         return hook
 
     def _pack(self, layer: int):
