@@ -129,7 +129,7 @@ absl::Status ConfigureEventLog(absl::string_view format, absl::string_view level
 }
 
 std::string FormatEventFields(LogFormat format, absl::string_view event,
-                              std::initializer_list<LogField> fields) {
+                              absl::Span<const LogField> fields) {
   std::string out;
   if (format == LogFormat::kJson) {
     absl::StrAppend(&out, "\"event\":", JsonString(event));
@@ -149,7 +149,7 @@ std::string FormatEventFields(LogFormat format, absl::string_view event,
 }
 
 void LogEvent(LogLevel level, absl::string_view event,
-              std::initializer_list<LogField> fields) {
+              absl::Span<const LogField> fields) {
   const std::shared_ptr<const Current> current = Load();
   const spdlog::level::level_enum l = ToSpdlog(level);
   if (!current->logger->should_log(l)) return;

@@ -25,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 
 namespace dynmo::service {
 
@@ -81,12 +82,12 @@ absl::Status ConfigureEventLog(absl::string_view format, absl::string_view level
 
 // Writes one event when `level` is at or above the configured level.
 void LogEvent(LogLevel level, absl::string_view event,
-              std::initializer_list<LogField> fields);
+              absl::Span<const LogField> fields);
 
 // The event and its fields as `format` renders them after the timestamp
 // and level (no newline): `event=E k=v ...` or `"event":"E","k":v,...`.
 std::string FormatEventFields(LogFormat format, absl::string_view event,
-                              std::initializer_list<LogField> fields);
+                              absl::Span<const LogField> fields);
 
 }  // namespace dynmo::service
 

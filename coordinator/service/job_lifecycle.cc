@@ -26,7 +26,7 @@ int JobState::Close(const std::string& why) {
   {
     absl::MutexLock lock(&mu_);
     closed_ = true;
-    const std::vector<SessionRanks> sessions = roster_.DetachAll();
+    const std::vector<SessionRanks> sessions = machine_->DetachAll();
     for (const SessionRanks& s : sessions) {
       outbox_.Close(s.sink, absl::NotFoundError(why));
     }
@@ -46,7 +46,7 @@ void JobState::Reopen() {
 
 absl::Time JobState::IdleSince() const {
   absl::MutexLock lock(&mu_);
-  return roster_.connected() > 0 ? absl::InfiniteFuture() : last_activity_;
+  return machine_->connected() > 0 ? absl::InfiniteFuture() : last_activity_;
 }
 
 }  // namespace dynmo::service

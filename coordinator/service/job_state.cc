@@ -1,25 +1,10 @@
 #include "coordinator/service/job_state.h"
 
-#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "coordinator/service/job_record.h"
-#include "coordinator/service/plan_convert.h"
-#include "coordinator/service/proto_convert.h"
 
 namespace dynmo::service {
-namespace {
-
-using dynmo::v1::CoordinatorMessage;
-
-template <typename Message>
-JobShape ShapeOf(const std::string& name, const Message& m) {
-  return JobShape{name, m.pipeline_size(), m.data_parallel_size(),
-                  m.num_layers(), m.model_fingerprint()};
-}
-
-}  // namespace
 
 class JobState::FlushOnExit {
  public:
@@ -30,52 +15,71 @@ class JobState::FlushOnExit {
   JobState* job_;
 };
 
-JobState::JobState(JobShape shape, const JobOptions& options, JobDeps deps,
-                   uint64_t epoch, std::string owner)
-    : name_(shape.job),
-      owner_(std::move(owner)),
-      deps_(deps),
-      metrics_(deps.metrics != nullptr ? deps.metrics->ForJob(name_) : nullptr),
-      options_(options),
-      roster_(shape),
-      profile_(shape.data_parallel_size, shape.num_layers,
-               core::CostProfileOptions{options.smoothing, options.noise_smoothing}),
-      rebalancer_(options.default_policy, options.auto_options, deps.metrics),
-      protocol_(PlanProtocolOptions{name_, options.prepare_timeout,
-                                    options.history_limit},
-                shape.pipeline_size * shape.data_parallel_size, epoch) {}
+absl::Status JobState::KeeperJournal::Commit(const dynmo::v1::JobRecord& record) {
+  return deps_.keeper->CommitJob(record);
+}
 
 JobState::JobState(const dynmo::v1::RegisterRequest& first,
                    const JobOptions& options, JobDeps deps, std::string owner)
-    // A rank that already ran plans (the coordinator lost its state dir)
-    // sets the floor for the epochs: they must never go backwards.
-    : JobState(ShapeOf(first.job(), first), options, deps, first.applied_epoch(),
-               std::move(owner)) {
+    : name_(first.job()),
+      owner_(std::move(owner)),
+      deps_(deps),
+      journal_(deps),
+      metrics_(deps.metrics != nullptr ? deps.metrics->ForJob(name_) : nullptr) {
   absl::MutexLock lock(&mu_);
-  layout_ = StartingLayout(
-      first.microbatches(), first.schedule(),
-      {first.active_stages().begin(), first.active_stages().end()},
-      {first.boundaries().begin(), first.boundaries().end()},
-      first.pipeline_size(), first.num_layers());
+  machine_ = std::make_unique<JobMachine>(first, options, &journal_, owner_);
 }
 
 JobState::JobState(const dynmo::v1::JobRecord& record,
                    const JobOptions& options, JobDeps deps)
-    : JobState(ShapeOf(record.name(), record), options, deps, 0, record.owner()) {
+    : name_(record.name()),
+      owner_(record.owner()),
+      deps_(deps),
+      journal_(deps),
+      metrics_(deps.metrics != nullptr ? deps.metrics->ForJob(name_) : nullptr) {
+  FlushOnExit flush(this);
   absl::MutexLock lock(&mu_);
-  layout_ = StartingLayout(
-      record.microbatches(), record.schedule(),
-      {record.active_stages().begin(), record.active_stages().end()},
-      {record.boundaries().begin(), record.boundaries().end()},
-      record.pipeline_size(), record.num_layers());
-  rebalancer_.SetPolicy(PolicyFromProto(record.policy(), options.default_policy)
-                            .value_or(options.default_policy));
-  roster_.Restore(record);
-  rebalancer_.RestoreProgress(record.progress());
-  reports_ = record.progress().reports();
-  if (record.progress().stage_load_s_size() > 0) PublishMeasuresLocked();
-  const bool aborted = protocol_.Restore(record, absl::Now());
-  if (aborted && metrics_ != nullptr) metrics_->PlanAborted();
+  JobEffects effects;
+  machine_ = std::make_unique<JobMachine>(record, options, &journal_, absl::Now(),
+                                          &effects);
+  CarryLocked(effects);
+}
+
+void JobState::CarryLocked(JobEffects& fx) {
+  for (JobEffects::Close& c : fx.closes) outbox_.Close(c.sink, c.why);
+  for (JobEffects::Send& s : fx.sends) {
+    outbox_.Queue(std::move(s.sink), std::move(s.ranks), std::move(s.message));
+  }
+  for (const JobEvent& e : fx.events) LogEvent(e.level, e.name, e.fields);
+  if (deps_.metrics != nullptr) {
+    for (double s : fx.decision_latency_s) deps_.metrics->DecisionLatency(s);
+  }
+  if (metrics_ != nullptr) {
+    for (int i = 0; i < fx.reports; ++i) metrics_->Report();
+    for (int i = 0; i < fx.plans_issued; ++i) metrics_->PlanIssued();
+    for (int i = 0; i < fx.plans_aborted; ++i) metrics_->PlanAborted();
+    for (int i = 0; i < fx.plans_applied; ++i) metrics_->PlanApplied();
+    if (fx.migrated_bytes > 0) metrics_->Migrated(fx.migrated_bytes);
+  }
+  if (fx.measures_changed || fx.plans_applied > 0) PublishMeasuresLocked();
+  if (fx.released.empty()) return;
+  // The job record is committed; the pool commits its own record.
+  if (absl::Status s = deps_.pool->Add(std::move(fx.released)); !s.ok()) {
+    machine_->Note(absl::StrCat("released GPUs not persisted: ", s.message()));
+  }
+}
+
+void JobState::PublishMeasuresLocked() {
+  if (metrics_ == nullptr) return;
+  const core::PartitionSummary& m = machine_->rebalancer().measures();
+  const JobShape& shape = machine_->roster().shape();
+  const std::vector<int>& active = machine_->layout().active_stages;
+  const int dp = shape.data_parallel_size;
+  const int n = static_cast<int>(active.size());
+  metrics_->SetStageLoads(active, m.loads);
+  metrics_->SetMeasures(m.imbalance, m.bottleneck, m.lower_bound,
+                        machine_->rebalancer().bubble());
+  metrics_->SetGpus(dp * n, dp * (shape.pipeline_size - n));
 }
 
 absl::Status JobState::Register(const dynmo::v1::RegisterRequest& request,
@@ -94,49 +98,12 @@ absl::Status JobState::RegisterMany(
   FlushOnExit flush(this);
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckOpenLocked(); !s.ok()) return s;
-  // Check all first: a refused batch registers no rank.
-  for (const auto& r : requests) {
-    if (absl::Status s = roster_.CheckRegister(r); !s.ok()) return s;
-    if (absl::Status s = CheckRegisterEpochsLocked(r); !s.ok()) return s;
-  }
-  bool adopted = false;
-  for (const auto& r : requests) adopted = ApplyRegisterLocked(r) || adopted;
-  // Answered after all applied: one rank's adopted epoch and layout are
-  // every rank's answer. Rank records become durable with the next plan,
-  // which is before any of them can be released; only an adopted epoch must
-  // be saved right away.
-  responses->assign(static_cast<size_t>(requests.size()),
-                    dynmo::v1::RegisterResponse{});
-  for (int i = 0; i < requests.size(); ++i) {
-    (*responses)[static_cast<size_t>(i)] =
-        MakeRegisterResponse(PartsLocked(), requests[i].rank());
-    (*responses)[static_cast<size_t>(i)].set_session_key(
-        roster_.session_key(requests[i].rank()));
-  }
-  return adopted ? PersistLocked() : absl::OkStatus();
-}
-
-bool JobState::ApplyRegisterLocked(const dynmo::v1::RegisterRequest& request) {
-  bool adopted = false;
-  if (request.applied_epoch() > protocol_.epoch()) {
-    adopted = true;
-    // The state dir was lost or is older than the ranks: adopt the rank's
-    // epoch and layout so that the next plan is newer than anything applied.
-    protocol_.AdoptEpoch(request.applied_epoch());
-    if (request.boundaries_size() > 0) {
-      SetStages({request.active_stages().begin(), request.active_stages().end()},
-                {request.boundaries().begin(), request.boundaries().end()},
-                request.pipeline_size(), request.num_layers(), &layout_);
-    }
-  } else {
-    AdoptAppliedLocked(request.rank(), request.applied_epoch(), &request);
-  }
-  roster_.Register(request);
-  if (RankRoster::IsActiveStage(layout_.active_stages, request.pipeline_rank())) {
-    RunStepLocked(protocol_.OnRegister(request.rank(), request.applied_epoch(),
-                                       request.pending_epoch()));
-  }
-  return adopted;
+  std::vector<const dynmo::v1::RegisterRequest*> all;
+  for (const auto& r : requests) all.push_back(&r);
+  JobEffects effects;
+  absl::Status s = machine_->Register(all, absl::Now(), responses, &effects);
+  CarryLocked(effects);
+  return s;
 }
 
 absl::Status JobState::Attach(int rank, absl::string_view session_key,
@@ -144,13 +111,12 @@ absl::Status JobState::Attach(int rank, absl::string_view session_key,
   FlushOnExit flush(this);
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckOpenLocked(); !s.ok()) return s;
-  if (absl::Status s = roster_.CheckAttach(rank, session_key); !s.ok()) return s;
-  const int one[] = {rank};
-  // Closed after the lock is released: gRPC may run OnDone inline, and
-  // OnDone detaches from this job.
-  for (const auto& old : roster_.Attach(one, sink)) outbox_.Close(old);
-  ResendInFlight(sink, one);
-  return absl::OkStatus();
+  const int ranks[] = {rank};
+  const std::string keys[] = {std::string(session_key)};
+  JobEffects effects;
+  absl::Status s = machine_->Attach(ranks, keys, /*host=*/false, std::move(sink), &effects);
+  CarryLocked(effects);
+  return s;
 }
 
 absl::Status JobState::AttachHost(absl::Span<const int> ranks,
@@ -159,12 +125,11 @@ absl::Status JobState::AttachHost(absl::Span<const int> ranks,
   FlushOnExit flush(this);
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckOpenLocked(); !s.ok()) return s;
-  if (absl::Status s = roster_.CheckAttachHost(ranks, session_keys, *sink); !s.ok()) {
-    return s;
-  }
-  for (const auto& old : roster_.Attach(ranks, sink)) outbox_.Close(old);
-  ResendInFlight(sink, ranks);
-  return absl::OkStatus();
+  JobEffects effects;
+  absl::Status s =
+      machine_->Attach(ranks, session_keys, /*host=*/true, std::move(sink), &effects);
+  CarryLocked(effects);
+  return s;
 }
 
 void JobState::Detach(int rank, const SessionSink* sink) {
@@ -174,23 +139,23 @@ void JobState::Detach(int rank, const SessionSink* sink) {
 
 void JobState::DetachHost(absl::Span<const int> ranks, const SessionSink* sink) {
   absl::MutexLock lock(&mu_);
-  roster_.Detach(ranks, sink);
+  machine_->Detach(ranks, sink);
   last_activity_ = absl::Now();
 }
 
 absl::Status JobState::OnReport(int rank,
                                 const dynmo::v1::IterationReport& report) {
-  const Upstream one[] = {{rank, &report, nullptr}};
+  const UpstreamMessage one[] = {{rank, &report, nullptr}};
   return OnUpstream(one);
 }
 
 absl::Status JobState::OnAck(int rank, const dynmo::v1::PlanAck& ack) {
-  const Upstream one[] = {{rank, nullptr, &ack}};
+  const UpstreamMessage one[] = {{rank, nullptr, &ack}};
   return OnUpstream(one);
 }
 
 absl::Status JobState::OnHostBatch(const dynmo::v1::HostBatch& batch) {
-  std::vector<Upstream> messages;
+  std::vector<UpstreamMessage> messages;
   messages.reserve(static_cast<size_t>(batch.messages_size()));
   for (const auto& m : batch.messages()) {
     messages.push_back({m.rank(), m.has_report() ? &m.report() : nullptr,
@@ -199,170 +164,64 @@ absl::Status JobState::OnHostBatch(const dynmo::v1::HostBatch& batch) {
   return OnUpstream(messages);
 }
 
-absl::Status JobState::OnUpstream(absl::Span<const Upstream> messages) {
+absl::Status JobState::OnUpstream(absl::Span<const UpstreamMessage> messages) {
   FlushOnExit flush(this);
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckOpenLocked(); !s.ok()) return s;
-  for (const Upstream& m : messages) {
-    if (absl::Status s = CheckLocked(m); !s.ok()) return s;
-  }
-  for (const Upstream& m : messages) {
-    if (m.report != nullptr) {
-      ApplyReportLocked(m.rank, *m.report);
-    } else {
-      ApplyAckLocked(m.rank, *m.ack);
-    }
-  }
-  return absl::OkStatus();
-}
-
-void JobState::ApplyReportLocked(int rank,
-                                 const dynmo::v1::IterationReport& report) {
-  const RosterRank& r = roster_.at(rank);
-  // A released stage holds no layers any more; its stragglers are ignored.
-  const bool active = RankRoster::IsActiveStage(layout_.active_stages, r.pipeline_rank);
-  for (const auto& l : report.layers()) {
-    if (!active) break;
-    // CheckLocked validated the layers against the job's.
-    profile_.Add(r.data_parallel_rank, LayerCostFromSample(l), report.model_changed())
-        .IgnoreError();
-  }
-  roster_.RecordReport(rank, report, active);
-  rebalancer_.OnReport(report.iteration(), report.model_changed());
-  AdoptAppliedLocked(rank, report.applied_epoch(), nullptr);
-  ++reports_;
-  if (metrics_ != nullptr) metrics_->Report();
-  if (roster_.Participates(rank, layout_.active_stages)) {
-    RunStepLocked(protocol_.OnReport(rank, report.iteration(), report.applied_epoch()));
-  }
-}
-
-void JobState::ApplyAckLocked(int rank, const dynmo::v1::PlanAck& ack) {
-  roster_.RecordAck(rank, ack.iteration());
-  const RosterRank& r = roster_.at(rank);
-  const PlanStep step =
-      protocol_.OnAck(rank, roster_.Participates(rank, layout_.active_stages), ack);
-  if (step.kind == PlanStep::Kind::kResendCommit) {
-    // Only the COMMIT: re-sending the PREPARE would draw another PREPARED.
-    if (r.sink != nullptr) {
-      outbox_.Queue(r.sink, {rank}, std::make_shared<const CoordinatorMessage>(
-                                        protocol_.CommitMessage()));
-    }
-    return;
-  }
-  RunStepLocked(step);
-}
-
-absl::StatusOr<core::PipelineModel> JobState::ModelLocked() const {
-  if (profile_.missing() > 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "no complete profile of job ", name_, " yet: ", profile_.missing(),
-        " of ", profile_.replicas() * profile_.num_layers(),
-        " (replica, layer) samples missing"));
-  }
-  return profile_.Model(core::PipelineShape{
-      roster_.StageMemory(layout_.active_stages), layout_.boundaries,
-      layout_.schedule, layout_.microbatches});
-}
-
-void JobState::MeasureLocked(const core::PipelineModel& model) {
-  rebalancer_.Measure(model, layout_);
-  PublishMeasuresLocked();
-}
-
-void JobState::PublishMeasuresLocked() {
-  if (metrics_ == nullptr) return;
-  const core::PartitionSummary& m = rebalancer_.measures();
-  const int dp = roster_.shape().data_parallel_size;
-  const int active = static_cast<int>(layout_.active_stages.size());
-  metrics_->SetStageLoads(layout_.active_stages, m.loads);
-  metrics_->SetMeasures(m.imbalance, m.bottleneck, m.lower_bound,
-                        rebalancer_.bubble());
-  metrics_->SetGpus(dp * active, dp * (roster_.shape().pipeline_size - active));
+  JobEffects effects;
+  absl::Status s = machine_->OnUpstream(messages, absl::Now(), &effects);
+  CarryLocked(effects);
+  return s;
 }
 
 void JobState::Tick(absl::Time now) {
   FlushOnExit flush(this);
   absl::MutexLock lock(&mu_);
   if (closed_) return;
-  if (protocol_.in_flight() != nullptr) {
-    RunStepLocked(protocol_.OnTick(now, rebalancer_.newest_iteration()));
-    return;
-  }
-  if (!rebalancer_.TakeDirty()) return;
-  absl::StatusOr<core::PipelineModel> model = ModelLocked();
-  if (!model.ok()) return rebalancer_.Note(std::string(model.status().message()));
-  MeasureLocked(*model);
-  const std::vector<int>& active = layout_.active_stages;
-  std::optional<Proposal> proposal = rebalancer_.Consider(RebalanceContext{
-      *model, layout_, profile_, roster_.shape().pipeline_size,
-      roster_.shape().data_parallel_size, roster_.CheckConnected(active).ok(),
-      roster_.ReportedSince(active, rebalancer_.model_changed_iteration())});
-  if (!proposal) return;
-  absl::StatusOr<dynmo::v1::Plan> issued =
-      IssueLocked(proposal->decision, proposal->reason, now);
-  if (!issued.ok()) {
-    rebalancer_.Note(absl::StrCat("plan not issued: ", issued.status().message()));
-  }
+  JobEffects effects;
+  machine_->Tick(now, &effects);
+  CarryLocked(effects);
 }
 
 absl::StatusOr<dynmo::v1::RebalanceResponse> JobState::Rebalance(absl::Time now) {
   FlushOnExit flush(this);
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckOpenLocked(); !s.ok()) return s;
-  if (absl::Status s = protocol_.CheckIdle(); !s.ok()) return s;
-  absl::StatusOr<core::PipelineModel> model = ModelLocked();
-  if (!model.ok()) return model.status();
-  if (absl::Status s = roster_.CheckConnected(layout_.active_stages); !s.ok()) {
-    return s;
-  }
-  MeasureLocked(*model);
-  dynmo::v1::RebalanceResponse response;
-  absl::StatusOr<std::optional<Proposal>> proposal = rebalancer_.DecideNow(
-      *model, layout_, roster_.shape().pipeline_size, roster_.shape().data_parallel_size,
-      response.mutable_detail());
-  if (!proposal.ok()) return proposal.status();
-  if (!proposal->has_value()) return response;  // issued: false
-  absl::StatusOr<dynmo::v1::Plan> plan =
-      IssueLocked((*proposal)->decision, (*proposal)->reason, now);
-  if (!plan.ok()) return plan.status();
-  response.set_issued(true);
-  *response.mutable_plan() = *plan;
-  response.set_detail(absl::StrCat("plan epoch ", plan->epoch(),
-                                   " issued, applies at iteration ",
-                                   plan->apply_iteration()));
-  return response;
+  JobEffects effects;
+  absl::StatusOr<dynmo::v1::RebalanceResponse> r = machine_->Rebalance(now, &effects);
+  CarryLocked(effects);
+  return r;
 }
 
-absl::StatusOr<dynmo::v1::Policy> JobState::SetPolicy(
-    const dynmo::v1::Policy& proto) {
+absl::StatusOr<dynmo::v1::Policy> JobState::SetPolicy(const dynmo::v1::Policy& proto) {
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckOpenLocked(); !s.ok()) return s;
-  absl::StatusOr<Policy> p = PolicyFromProto(proto, rebalancer_.policy());
-  if (!p.ok()) return p.status();
-  const Policy old = rebalancer_.policy();
-  rebalancer_.SetPolicy(*p);
-  if (absl::Status s = PersistLocked(); !s.ok()) {
-    rebalancer_.SetPolicy(old);
-    return s;
-  }
-  rebalancer_.Rearm();  // re-evaluate under the new policy
-  return PolicyToProto(*p);
-}
-
-absl::Status JobState::PersistLocked() {
-  return deps_.keeper->CommitJob(MakeJobRecord(PartsLocked()));
-}
-
-void JobState::PersistSettledLocked() {
-  if (absl::Status s = PersistLocked(); !s.ok()) {
-    rebalancer_.Note(std::string(s.message()));  // "state not persisted (...)"
-  }
+  return machine_->SetPolicy(proto);
 }
 
 absl::Status JobState::Persist() {
   absl::MutexLock lock(&mu_);
-  return PersistLocked();
+  return machine_->Persist();
+}
+
+dynmo::v1::JobSummary JobState::Summary() const {
+  absl::MutexLock lock(&mu_);
+  return machine_->Summary();
+}
+
+dynmo::v1::JobStatus JobState::Status() const {
+  absl::MutexLock lock(&mu_);
+  return machine_->Status();
+}
+
+std::vector<dynmo::v1::GpuPlacement> JobState::Placements() const {
+  absl::MutexLock lock(&mu_);
+  return machine_->Placements();
+}
+
+dynmo::v1::JobRecord JobState::Record() const {
+  absl::MutexLock lock(&mu_);
+  return machine_->Record();
 }
 
 }  // namespace dynmo::service

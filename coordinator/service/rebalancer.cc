@@ -9,12 +9,8 @@
 
 namespace dynmo::service {
 
-Rebalancer::Rebalancer(const Policy& policy, const AutoOptions& auto_options,
-                       CoordinatorMetrics* metrics)
-    : policy_(policy),
-      auto_options_(auto_options),
-      gate_(auto_options),
-      metrics_(metrics) {}
+Rebalancer::Rebalancer(const Policy& policy, const AutoOptions& auto_options)
+    : policy_(policy), auto_options_(auto_options), gate_(auto_options) {}
 
 void Rebalancer::OnReport(int64_t iteration, bool model_changed) {
   newest_iteration_ = restored_ ? iteration : std::max(newest_iteration_, iteration);
@@ -133,11 +129,8 @@ absl::StatusOr<Decision> Rebalancer::Decide(const core::PipelineModel& model,
   in.schedule = layout.schedule;
   in.data_parallel_spec = auto_options_.data_parallel;
   absl::StatusOr<Decision> d = service::Decide(in);
-  if (metrics_ != nullptr) {
-    metrics_->DecisionLatency(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-            .count());
-  }
+  latencies_s_.push_back(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   return d;
 }
 

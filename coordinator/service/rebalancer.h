@@ -6,14 +6,16 @@
 // returns the decision to issue as a plan, or nothing and a note saying why;
 // Decide() is the operator's path, without the trigger.
 //
-// No I/O; the decision latency goes to the metrics (may be null).
-// Thread-compatible: the job's lock guards it.
+// No I/O; the latency of each balancer run is kept for the caller's
+// metrics (TakeDecisionLatencies). Thread-compatible: the job's lock guards it.
 #ifndef DYNMO_COORDINATOR_SERVICE_REBALANCER_H_
 #define DYNMO_COORDINATOR_SERVICE_REBALANCER_H_
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "coordinator/core/cost_model.h"
@@ -21,7 +23,6 @@
 #include "coordinator/core/measures.h"
 #include "coordinator/service/decision.h"
 #include "coordinator/service/job_layout.h"
-#include "coordinator/service/metrics.h"
 #include "coordinator/service/policy.h"
 #include "dynmo/v1/state.pb.h"
 
@@ -47,8 +48,7 @@ struct Proposal {
 
 class Rebalancer {
  public:
-  Rebalancer(const Policy& policy, const AutoOptions& auto_options,
-             CoordinatorMetrics* metrics);
+  Rebalancer(const Policy& policy, const AutoOptions& auto_options);
 
   const Policy& policy() const { return policy_; }
   void SetPolicy(const Policy& policy) { policy_ = policy; }
@@ -87,6 +87,8 @@ class Rebalancer {
       int full_stages, int data_parallel, std::string* detail);
   // A plan was issued: the auto trigger's cool-down starts.
   void OnPlanIssued();
+  // The wall time of each balancer run since the last call, in seconds.
+  std::vector<double> TakeDecisionLatencies() { return std::move(latencies_s_); }
 
   // Why the last evaluation issued no plan (diagnostics).
   const std::string& note() const { return note_; }
@@ -102,7 +104,7 @@ class Rebalancer {
   Policy policy_;
   AutoOptions auto_options_;
   AutoGate gate_;
-  CoordinatorMetrics* metrics_;
+  std::vector<double> latencies_s_;
   int64_t newest_iteration_ = -1;
   bool restored_ = false;  // newest_iteration_ is RestoreProgress's
   int64_t last_decision_iteration_ = -1;

@@ -1,11 +1,11 @@
-// JobState's plan effects: what the job does when its plan protocol
+// JobMachine's plan effects: what the job does when its plan protocol
 // (plan_protocol.h) asks for a step — issue a PREPARE, commit, abort, apply
 // a plan to the layout and release GPUs — and the fan-out of plan messages
 // to the sessions of the participating ranks. The protocol decides; these
 // carry it out: persist first (an epoch is durable before any rank sees
-// it), then queue the messages (sent after the job's lock is released).
+// it), then add the messages to the effects (sent by the caller after).
 //
-// Part of JobState (job_state.h); every function runs under the job's lock.
+// Part of JobMachine (job_machine.h).
 #include <algorithm>
 #include <memory>
 #include <optional>
@@ -15,26 +15,27 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "coordinator/service/job_state.h"
+#include "coordinator/service/job_machine.h"
 #include "coordinator/service/plan_convert.h"
 
 namespace dynmo::service {
 
 using dynmo::v1::CoordinatorMessage;
 
-std::pair<int, int> JobState::SendToParticipants(const CoordinatorMessage& m) {
+std::pair<int, int> JobMachine::SendToParticipants(const CoordinatorMessage& m,
+                                                   JobEffects* out) {
   auto shared = std::make_shared<const CoordinatorMessage>(m);
   int ranks = 0, sessions = 0;
   for (SessionRanks& s : roster_.ParticipantSessions(layout_.active_stages)) {
     ranks += static_cast<int>(s.ranks.size());
     ++sessions;
-    outbox_.Queue(std::move(s.sink), std::move(s.ranks), shared);
+    out->sends.push_back({std::move(s.sink), std::move(s.ranks), shared});
   }
   return {ranks, sessions};
 }
 
-void JobState::ResendInFlight(const std::shared_ptr<SessionSink>& sink,
-                              absl::Span<const int> ranks) {
+void JobMachine::ResendInFlight(const std::shared_ptr<SessionSink>& sink,
+                                absl::Span<const int> ranks, JobEffects* out) {
   if (sink == nullptr || ranks.empty()) return;
   const PlanProtocol::Missed missed = protocol_.MissedMessages();
   std::vector<int> to;
@@ -46,21 +47,22 @@ void JobState::ResendInFlight(const std::shared_ptr<SessionSink>& sink,
   }
   if (to.empty()) return;
   for (const CoordinatorMessage& m : missed.messages) {
-    outbox_.Queue(sink, to, std::make_shared<const CoordinatorMessage>(m));
+    out->sends.push_back({sink, to, std::make_shared<const CoordinatorMessage>(m)});
   }
 }
 
-void JobState::RunStepLocked(const PlanStep& step) {
+void JobMachine::RunStep(const PlanStep& step, absl::Time now, JobEffects* out) {
   switch (step.kind) {
-    case PlanStep::Kind::kCommit: return CommitLocked();
-    case PlanStep::Kind::kAbort: return AbortLocked(step.why);
-    case PlanStep::Kind::kApply: return ApplyLocked(step.why);
-    default: return;  // kNone; kResendCommit is the ack's (ApplyAckLocked)
+    case PlanStep::Kind::kCommit: return Commit(now, out);
+    case PlanStep::Kind::kAbort: return Abort(step.why, now, out);
+    case PlanStep::Kind::kApply: return Apply(step.why, now, out);
+    default: return;  // kNone; kResendCommit is the ack's (ApplyAck)
   }
 }
 
-absl::StatusOr<dynmo::v1::Plan> JobState::IssueLocked(
-    const Decision& d, const std::string& reason, absl::Time now) {
+absl::StatusOr<dynmo::v1::Plan> JobMachine::Issue(const Decision& d,
+                                                  const std::string& reason,
+                                                  absl::Time now, JobEffects* out) {
   dynmo::v1::Plan plan;
   plan.set_job(name_);
   plan.set_apply_iteration(std::max<int64_t>(rebalancer_.newest_iteration(), 0) +
@@ -72,15 +74,15 @@ absl::StatusOr<dynmo::v1::Plan> JobState::IssueLocked(
   const CoordinatorMessage prepare = protocol_.Issue(
       std::move(plan), roster_.CountParticipants(layout_.active_stages), now);
   // The epoch is durable before any rank can see it.
-  if (absl::Status s = PersistLocked(); !s.ok()) {
+  if (absl::Status s = Persist(); !s.ok()) {
     protocol_.Retract();
     return s;
   }
-  if (metrics_ != nullptr) metrics_->PlanIssued();
+  ++out->plans_issued;
   rebalancer_.OnPlanIssued();
   const dynmo::v1::Plan& p = prepare.prepare();
-  const auto [ranks, sessions] = SendToParticipants(prepare);
-  LogEvent(options_.plan_event_level, "plan_issued",
+  const auto [ranks, sessions] = SendToParticipants(prepare, out);
+  Log(options_.plan_event_level, "plan_issued",
            {{"job", name_},
             {"epoch", p.epoch()},
             {"reason", reason},
@@ -91,32 +93,33 @@ absl::StatusOr<dynmo::v1::Plan> JobState::IssueLocked(
             {"migrations", p.migrations_size()},
             {"migration_bytes", p.migration_bytes()},
             {"prepare_ranks", ranks},
-            {"prepare_sessions", sessions}});
+            {"prepare_sessions", sessions}},
+      out);
   return prepare.prepare();
 }
 
-void JobState::CommitLocked() {
-  const CoordinatorMessage commit = protocol_.Commit(absl::Now());
-  if (absl::Status s = PersistLocked(); !s.ok()) {
+void JobMachine::Commit(absl::Time now, JobEffects* out) {
+  const CoordinatorMessage commit = protocol_.Commit(now);
+  if (absl::Status s = Persist(); !s.ok()) {
     // Not durable: a restart would not know it committed. Abort instead.
-    AbortLocked(absl::StrCat("cannot persist the commit: ", s.message()));
+    Abort(absl::StrCat("cannot persist the commit: ", s.message()), now, out);
     return;
   }
-  LogEvent(options_.plan_event_level, "plan_committed",
-           {{"job", name_}, {"epoch", commit.commit().epoch()}});
-  SendToParticipants(commit);
+  Log(options_.plan_event_level, "plan_committed",
+      {{"job", name_}, {"epoch", commit.commit().epoch()}}, out);
+  SendToParticipants(commit, out);
 }
 
-void JobState::AbortLocked(const std::string& why) {
-  const CoordinatorMessage abort = protocol_.Abort(why, absl::Now());
-  PersistSettledLocked();
-  LogEvent(LogLevel::kWarning, "plan_aborted",
-           {{"job", name_}, {"epoch", abort.abort().epoch()}, {"reason", why}});
-  SendToParticipants(abort);
-  if (metrics_ != nullptr) metrics_->PlanAborted();
+void JobMachine::Abort(const std::string& why, absl::Time now, JobEffects* out) {
+  const CoordinatorMessage abort = protocol_.Abort(why, now);
+  PersistSettled();
+  Log(LogLevel::kWarning, "plan_aborted",
+      {{"job", name_}, {"epoch", abort.abort().epoch()}, {"reason", why}}, out);
+  SendToParticipants(abort, out);
+  ++out->plans_aborted;
 }
 
-void JobState::ReshapeLocked(const dynmo::v1::Reshape& reshape) {
+void JobMachine::Reshape(const dynmo::v1::Reshape& reshape) {
   const int pp = reshape.pipeline_size();
   const int dp = reshape.data_parallel_size();
   // The global batch stays: each of the dp replicas runs its share.
@@ -131,87 +134,88 @@ void JobState::ReshapeLocked(const dynmo::v1::Reshape& reshape) {
   rebalancer_.Rearm();
 }
 
-void JobState::ApplyLocked(const std::string& why) {
-  SwitchLayoutLocked(protocol_.Apply(why, absl::Now()), why);
+void JobMachine::Apply(const std::string& why, absl::Time now, JobEffects* out) {
+  SwitchLayout(protocol_.Apply(why, now), why, now, out);
 }
 
-void JobState::AdoptAppliedLocked(int rank, uint64_t epoch,
-                                  const dynmo::v1::RegisterRequest* registered) {
+void JobMachine::AdoptApplied(int rank, uint64_t epoch,
+                              const dynmo::v1::RegisterRequest* registered,
+                              absl::Time now, JobEffects* out) {
   if (epoch <= protocol_.applied_epoch()) return;
   if (const dynmo::v1::PlanRecord* flying = protocol_.in_flight(); flying != nullptr) {
     if (flying->plan().epoch() == epoch) {
       // Committed: the rank's switch settles it. Preparing: no rank can
       // have switched (two-phase), so the claim is ignored.
       if (flying->outcome() == dynmo::v1::PLAN_OUTCOME_COMMITTED) {
-        ApplyLocked(absl::StrCat("rank ", rank, " runs under it"));
+        Apply(absl::StrCat("rank ", rank, " runs under it"), now, out);
       }
       return;
     }
     // Planned from a layout the ranks have left.
-    AbortLocked(absl::StrCat("rank ", rank, " runs under epoch ", epoch,
-                             ", newer than the applied ", protocol_.applied_epoch()));
+    Abort(absl::StrCat("rank ", rank, " runs under epoch ", epoch,
+                       ", newer than the applied ", protocol_.applied_epoch()),
+          now, out);
   }
   const uint64_t recorded = protocol_.applied_epoch();
   const std::string why =
       absl::StrCat("rank ", rank, " runs under it (the coordinator had applied ", recorded, ")");
-  const std::optional<dynmo::v1::Plan> plan = protocol_.AdoptApplied(epoch, why, absl::Now());
+  const std::optional<dynmo::v1::Plan> plan = protocol_.AdoptApplied(epoch, why, now);
   const char* layout = "unchanged (no record of the plan)";
   if (plan.has_value()) {
     layout = "the plan's";
-    SwitchLayoutLocked(*plan, why);
+    SwitchLayout(*plan, why, now, out);
   } else if (registered != nullptr && registered->boundaries_size() > 0) {
     layout = "the rank's";
     SetStages({registered->active_stages().begin(), registered->active_stages().end()},
               {registered->boundaries().begin(), registered->boundaries().end()},
               registered->pipeline_size(), registered->num_layers(), &layout_);
-    PersistSettledLocked();
+    PersistSettled();
   } else {
-    PersistSettledLocked();
+    PersistSettled();
   }
-  LogEvent(LogLevel::kWarning, "epoch_adopted",
-           {{"job", name_}, {"rank", rank}, {"epoch", epoch},
-            {"recorded_epoch", recorded}, {"layout", layout}});
+  Log(LogLevel::kWarning, "epoch_adopted",
+      {{"job", name_}, {"rank", rank}, {"epoch", epoch},
+       {"recorded_epoch", recorded}, {"layout", layout}},
+      out);
 }
 
-void JobState::SwitchLayoutLocked(const dynmo::v1::Plan& plan, const std::string& why) {
-  const absl::Time now = absl::Now();
+void JobMachine::SwitchLayout(const dynmo::v1::Plan& plan, const std::string& why,
+                              absl::Time now, JobEffects* out) {
   std::vector<dynmo::v1::ReleasedGpu> released = roster_.ReleasedBy(plan, now);
   layout_.boundaries.assign(plan.boundaries().begin(), plan.boundaries().end());
   layout_.active_stages.assign(plan.active_stages().begin(),
                                plan.active_stages().end());
-  if (plan.has_reshape()) ReshapeLocked(plan.reshape());
-  PersistSettledLocked();
-  LogEvent(options_.plan_event_level, "plan_applied",
+  if (plan.has_reshape()) Reshape(plan.reshape());
+  PersistSettled();
+  Log(options_.plan_event_level, "plan_applied",
            {{"job", name_},
             {"epoch", plan.epoch()},
             {"apply_iteration", plan.apply_iteration()},
             {"reason", why},
             {"boundaries", absl::StrJoin(plan.boundaries(), ",")},
-            {"stages", absl::StrJoin(plan.active_stages(), ",")}});
+            {"stages", absl::StrJoin(plan.active_stages(), ",")}},
+      out);
   if (plan.has_reshape()) {
-    LogEvent(options_.plan_event_level, "reshape",
+    Log(options_.plan_event_level, "reshape",
              {{"job", name_},
               {"epoch", plan.epoch()},
               {"pipeline_size", plan.reshape().pipeline_size()},
               {"data_parallel_size", plan.reshape().data_parallel_size()},
-              {"copy_bytes", plan.reshape().copy_bytes()}});
+              {"copy_bytes", plan.reshape().copy_bytes()}},
+        out);
   }
   if (!released.empty()) {
-    LogEvent(options_.plan_event_level, "repack",
+    Log(options_.plan_event_level, "repack",
              {{"job", name_},
               {"epoch", plan.epoch()},
               {"stages", absl::StrJoin(plan.active_stages(), ",")},
-              {"gpus_released", released.size()}});
+              {"gpus_released", released.size()}},
+        out);
   }
-  if (metrics_ != nullptr) {
-    metrics_->PlanApplied();
-    metrics_->Migrated(static_cast<double>(plan.migration_bytes()));
-  }
-  if (released.empty()) return;
-  // The job record is committed; the pool commits its own record.
-  if (absl::Status s = deps_.pool->Add(std::move(released)); !s.ok()) {
-    rebalancer_.Note(absl::StrCat("released GPUs not persisted: ", s.message()));
-  }
+  ++out->plans_applied;
+  out->migrated_bytes += static_cast<double>(plan.migration_bytes());
+  // The job record naming them is committed; the pool commits its own.
+  for (auto& gpu : released) out->released.push_back(std::move(gpu));
 }
 
 }  // namespace dynmo::service

@@ -1,0 +1,290 @@
+#include "coordinator/service/job_machine.h"
+
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/service/proto_convert.h"
+
+namespace dynmo::service {
+namespace {
+
+using dynmo::v1::CoordinatorMessage;
+
+template <typename Message>
+JobShape ShapeOf(const std::string& name, const Message& m) {
+  return JobShape{name, m.pipeline_size(), m.data_parallel_size(),
+                  m.num_layers(), m.model_fingerprint()};
+}
+
+}  // namespace
+
+JobMachine::JobMachine(JobShape shape, const JobOptions& options,
+                       JobJournal* journal, uint64_t epoch, std::string owner)
+    : name_(shape.job),
+      owner_(std::move(owner)),
+      options_(options),
+      journal_(journal),
+      roster_(shape),
+      profile_(shape.data_parallel_size, shape.num_layers,
+               core::CostProfileOptions{options.smoothing, options.noise_smoothing}),
+      rebalancer_(options.default_policy, options.auto_options),
+      protocol_(PlanProtocolOptions{name_, options.prepare_timeout,
+                                    options.history_limit},
+                shape.pipeline_size * shape.data_parallel_size, epoch) {}
+
+JobMachine::JobMachine(const dynmo::v1::RegisterRequest& first,
+                       const JobOptions& options, JobJournal* journal,
+                       std::string owner)
+    // A rank that already ran plans (the coordinator lost its state dir)
+    // sets the floor for the epochs: they must never go backwards.
+    : JobMachine(ShapeOf(first.job(), first), options, journal,
+                 first.applied_epoch(), std::move(owner)) {
+  layout_ = StartingLayout(
+      first.microbatches(), first.schedule(),
+      {first.active_stages().begin(), first.active_stages().end()},
+      {first.boundaries().begin(), first.boundaries().end()},
+      first.pipeline_size(), first.num_layers());
+}
+
+JobMachine::JobMachine(const dynmo::v1::JobRecord& record,
+                       const JobOptions& options, JobJournal* journal,
+                       absl::Time now, JobEffects* out)
+    : JobMachine(ShapeOf(record.name(), record), options, journal, 0, record.owner()) {
+  layout_ = StartingLayout(
+      record.microbatches(), record.schedule(),
+      {record.active_stages().begin(), record.active_stages().end()},
+      {record.boundaries().begin(), record.boundaries().end()},
+      record.pipeline_size(), record.num_layers());
+  rebalancer_.SetPolicy(PolicyFromProto(record.policy(), options.default_policy)
+                            .value_or(options.default_policy));
+  roster_.Restore(record);
+  rebalancer_.RestoreProgress(record.progress());
+  reports_ = record.progress().reports();
+  out->measures_changed = record.progress().stage_load_s_size() > 0;
+  if (protocol_.Restore(record, now)) ++out->plans_aborted;
+}
+
+JobParts JobMachine::Parts() const {
+  return JobParts{roster_, protocol_, layout_, rebalancer_, reports_, owner_};
+}
+
+absl::Status JobMachine::Register(
+    absl::Span<const dynmo::v1::RegisterRequest* const> requests, absl::Time now,
+    std::vector<dynmo::v1::RegisterResponse>* responses, JobEffects* out) {
+  // Check all first: a refused batch registers no rank.
+  for (const dynmo::v1::RegisterRequest* r : requests) {
+    if (absl::Status s = roster_.CheckRegister(*r); !s.ok()) return s;
+    if (absl::Status s = CheckRegisterEpochs(*r); !s.ok()) return s;
+  }
+  bool adopted = false;
+  for (const dynmo::v1::RegisterRequest* r : requests) {
+    adopted = ApplyRegister(*r, now, out) || adopted;
+  }
+  // Answered after all applied: one rank's adopted epoch and layout are
+  // every rank's answer. Rank records become durable with the next plan,
+  // which is before any of them can be released; only an adopted epoch must
+  // be saved right away.
+  responses->clear();
+  for (const dynmo::v1::RegisterRequest* r : requests) {
+    responses->push_back(MakeRegisterResponse(Parts(), r->rank()));
+    responses->back().set_session_key(roster_.session_key(r->rank()));
+  }
+  return adopted ? Persist() : absl::OkStatus();
+}
+
+bool JobMachine::ApplyRegister(const dynmo::v1::RegisterRequest& request,
+                               absl::Time now, JobEffects* out) {
+  bool adopted = false;
+  if (request.applied_epoch() > protocol_.epoch()) {
+    adopted = true;
+    // The state dir was lost or is older than the ranks: adopt the rank's
+    // epoch and layout so that the next plan is newer than anything applied.
+    protocol_.AdoptEpoch(request.applied_epoch());
+    if (request.boundaries_size() > 0) {
+      SetStages({request.active_stages().begin(), request.active_stages().end()},
+                {request.boundaries().begin(), request.boundaries().end()},
+                request.pipeline_size(), request.num_layers(), &layout_);
+    }
+  } else {
+    AdoptApplied(request.rank(), request.applied_epoch(), &request, now, out);
+  }
+  roster_.Register(request);
+  if (RankRoster::IsActiveStage(layout_.active_stages, request.pipeline_rank())) {
+    RunStep(protocol_.OnRegister(request.rank(), request.applied_epoch(),
+                                 request.pending_epoch()),
+            now, out);
+  }
+  return adopted;
+}
+
+absl::Status JobMachine::Attach(absl::Span<const int> ranks,
+                                absl::Span<const std::string> session_keys,
+                                bool host, std::shared_ptr<SessionSink> sink,
+                                JobEffects* out) {
+  if (host) {
+    if (absl::Status s = roster_.CheckAttachHost(ranks, session_keys, *sink); !s.ok()) {
+      return s;
+    }
+  } else {
+    if (ranks.size() != 1 || session_keys.size() != 1) {
+      return absl::InvalidArgumentError("a one-rank session binds exactly one rank");
+    }
+    if (absl::Status s = roster_.CheckAttach(ranks[0], session_keys[0]); !s.ok()) {
+      return s;
+    }
+  }
+  // Closed after the caller's lock is released: gRPC may run OnDone inline,
+  // and OnDone detaches from this job.
+  for (auto& old : roster_.Attach(ranks, sink)) {
+    out->closes.push_back({std::move(old), absl::AbortedError("superseded by a newer session")});
+  }
+  ResendInFlight(sink, ranks, out);
+  return absl::OkStatus();
+}
+
+void JobMachine::Detach(absl::Span<const int> ranks, const SessionSink* sink) {
+  roster_.Detach(ranks, sink);
+}
+
+absl::Status JobMachine::OnUpstream(absl::Span<const UpstreamMessage> messages,
+                                    absl::Time now, JobEffects* out) {
+  for (const UpstreamMessage& m : messages) {
+    if (absl::Status s = Check(m); !s.ok()) return s;
+  }
+  for (const UpstreamMessage& m : messages) {
+    if (m.report != nullptr) {
+      ApplyReport(m.rank, *m.report, now, out);
+    } else {
+      ApplyAck(m.rank, *m.ack, now, out);
+    }
+  }
+  return absl::OkStatus();
+}
+
+void JobMachine::ApplyReport(int rank, const dynmo::v1::IterationReport& report,
+                             absl::Time now, JobEffects* out) {
+  const RosterRank& r = roster_.at(rank);
+  // A released stage holds no layers any more; its stragglers are ignored.
+  const bool active = RankRoster::IsActiveStage(layout_.active_stages, r.pipeline_rank);
+  for (const auto& l : report.layers()) {
+    if (!active) break;
+    // Check() validated the layers against the job's.
+    profile_.Add(r.data_parallel_rank, LayerCostFromSample(l), report.model_changed())
+        .IgnoreError();
+  }
+  roster_.RecordReport(rank, report, active);
+  rebalancer_.OnReport(report.iteration(), report.model_changed());
+  AdoptApplied(rank, report.applied_epoch(), nullptr, now, out);
+  ++reports_;
+  ++out->reports;
+  if (roster_.Participates(rank, layout_.active_stages)) {
+    RunStep(protocol_.OnReport(rank, report.iteration(), report.applied_epoch()), now,
+            out);
+  }
+}
+
+void JobMachine::ApplyAck(int rank, const dynmo::v1::PlanAck& ack, absl::Time now,
+                          JobEffects* out) {
+  roster_.RecordAck(rank, ack.iteration());
+  const RosterRank& r = roster_.at(rank);
+  const PlanStep step =
+      protocol_.OnAck(rank, roster_.Participates(rank, layout_.active_stages), ack);
+  if (step.kind == PlanStep::Kind::kResendCommit) {
+    // Only the COMMIT: re-sending the PREPARE would draw another PREPARED.
+    if (r.sink != nullptr) {
+      out->sends.push_back(
+          {r.sink, {rank}, std::make_shared<const CoordinatorMessage>(protocol_.CommitMessage())});
+    }
+    return;
+  }
+  RunStep(step, now, out);
+}
+
+absl::StatusOr<core::PipelineModel> JobMachine::Model() const {
+  if (profile_.missing() > 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no complete profile of job ", name_, " yet: ", profile_.missing(),
+        " of ", profile_.replicas() * profile_.num_layers(),
+        " (replica, layer) samples missing"));
+  }
+  return profile_.Model(core::PipelineShape{
+      roster_.StageMemory(layout_.active_stages), layout_.boundaries,
+      layout_.schedule, layout_.microbatches});
+}
+
+void JobMachine::Measure(const core::PipelineModel& model, JobEffects* out) {
+  rebalancer_.Measure(model, layout_);
+  out->measures_changed = true;
+}
+
+void JobMachine::Tick(absl::Time now, JobEffects* out) {
+  if (protocol_.in_flight() != nullptr) {
+    RunStep(protocol_.OnTick(now, rebalancer_.newest_iteration()), now, out);
+    return;
+  }
+  if (!rebalancer_.TakeDirty()) return;
+  absl::StatusOr<core::PipelineModel> model = Model();
+  if (!model.ok()) return rebalancer_.Note(std::string(model.status().message()));
+  Measure(*model, out);
+  const std::vector<int>& active = layout_.active_stages;
+  std::optional<Proposal> proposal = rebalancer_.Consider(RebalanceContext{
+      *model, layout_, profile_, roster_.shape().pipeline_size,
+      roster_.shape().data_parallel_size, roster_.CheckConnected(active).ok(),
+      roster_.ReportedSince(active, rebalancer_.model_changed_iteration())});
+  for (double s : rebalancer_.TakeDecisionLatencies()) out->decision_latency_s.push_back(s);
+  if (!proposal) return;
+  absl::StatusOr<dynmo::v1::Plan> issued =
+      Issue(proposal->decision, proposal->reason, now, out);
+  if (!issued.ok()) {
+    rebalancer_.Note(absl::StrCat("plan not issued: ", issued.status().message()));
+  }
+}
+
+absl::StatusOr<dynmo::v1::RebalanceResponse> JobMachine::Rebalance(absl::Time now,
+                                                                   JobEffects* out) {
+  if (absl::Status s = protocol_.CheckIdle(); !s.ok()) return s;
+  absl::StatusOr<core::PipelineModel> model = Model();
+  if (!model.ok()) return model.status();
+  if (absl::Status s = roster_.CheckConnected(layout_.active_stages); !s.ok()) {
+    return s;
+  }
+  Measure(*model, out);
+  dynmo::v1::RebalanceResponse response;
+  absl::StatusOr<std::optional<Proposal>> proposal = rebalancer_.DecideNow(
+      *model, layout_, roster_.shape().pipeline_size, roster_.shape().data_parallel_size,
+      response.mutable_detail());
+  for (double s : rebalancer_.TakeDecisionLatencies()) out->decision_latency_s.push_back(s);
+  if (!proposal.ok()) return proposal.status();
+  if (!proposal->has_value()) return response;  // issued: false
+  absl::StatusOr<dynmo::v1::Plan> plan =
+      Issue((*proposal)->decision, (*proposal)->reason, now, out);
+  if (!plan.ok()) return plan.status();
+  response.set_issued(true);
+  *response.mutable_plan() = *plan;
+  response.set_detail(absl::StrCat("plan epoch ", plan->epoch(),
+                                   " issued, applies at iteration ",
+                                   plan->apply_iteration()));
+  return response;
+}
+
+absl::StatusOr<dynmo::v1::Policy> JobMachine::SetPolicy(const dynmo::v1::Policy& proto) {
+  absl::StatusOr<Policy> p = PolicyFromProto(proto, rebalancer_.policy());
+  if (!p.ok()) return p.status();
+  const Policy old = rebalancer_.policy();
+  rebalancer_.SetPolicy(*p);
+  if (absl::Status s = Persist(); !s.ok()) {
+    rebalancer_.SetPolicy(old);
+    return s;
+  }
+  rebalancer_.Rearm();  // re-evaluate under the new policy
+  return PolicyToProto(*p);
+}
+
+void JobMachine::PersistSettled() {
+  if (absl::Status s = Persist(); !s.ok()) {
+    rebalancer_.Note(std::string(s.message()));  // "state not persisted (...)"
+  }
+}
+
+}  // namespace dynmo::service

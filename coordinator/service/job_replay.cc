@@ -1,0 +1,431 @@
+#include "coordinator/service/job_replay.h"
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "coordinator/core/partition.h"
+#include "coordinator/core/rebalance_trigger.h"
+#include "coordinator/core/reshape.h"
+#include "coordinator/core/stage_program.h"
+
+namespace dynmo::service {
+namespace {
+
+using dynmo::v1::CoordinatorMessage;
+using dynmo::v1::PlanAck;
+
+constexpr char kJob[] = "replay";
+
+// One simulated rank's session: what the coordinator sent it.
+class Inbox : public SessionSink {
+ public:
+  void Send(std::shared_ptr<const CoordinatorMessage> message) override {
+    absl::MutexLock lock(&mu_);
+    messages_.push_back(std::move(message));
+  }
+  void Close(const absl::Status&) override {}
+  std::vector<std::shared_ptr<const CoordinatorMessage>> Take() {
+    absl::MutexLock lock(&mu_);
+    return std::move(messages_);
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<std::shared_ptr<const CoordinatorMessage>> messages_ ABSL_GUARDED_BY(mu_);
+};
+
+class NullJournal : public JobJournal {
+ public:
+  absl::Status Commit(const dynmo::v1::JobRecord&) override { return absl::OkStatus(); }
+};
+
+class Machine : public ReplayTarget {
+ public:
+  Machine(const dynmo::v1::RegisterRequest& first, const JobOptions& options)
+      : machine_(first, options, &journal_) {}
+
+  absl::Status Register(absl::Span<const dynmo::v1::RegisterRequest> ranks,
+                        std::vector<dynmo::v1::RegisterResponse>* out) override {
+    std::vector<const dynmo::v1::RegisterRequest*> all;
+    for (const auto& r : ranks) all.push_back(&r);
+    JobEffects fx;
+    absl::Status s = machine_.Register(all, now_, out, &fx);
+    Deliver(fx);
+    return s;
+  }
+  absl::Status Attach(int rank, const std::string& key,
+                      std::shared_ptr<SessionSink> sink) override {
+    const int ranks[] = {rank};
+    const std::string keys[] = {key};
+    JobEffects fx;
+    absl::Status s = machine_.Attach(ranks, keys, false, std::move(sink), &fx);
+    Deliver(fx);
+    return s;
+  }
+  absl::Status Upstream(absl::Span<const UpstreamMessage> messages,
+                        absl::Time now) override {
+    now_ = now;
+    JobEffects fx;
+    absl::Status s = machine_.OnUpstream(messages, now, &fx);
+    Deliver(fx);
+    return s;
+  }
+  void Tick(absl::Time now) override {
+    now_ = now;
+    JobEffects fx;
+    machine_.Tick(now, &fx);
+    Deliver(fx);
+  }
+
+ private:
+  static void Deliver(const JobEffects& fx) {
+    for (const JobEffects::Send& s : fx.sends) s.sink->SendTo(s.ranks, s.message);
+  }
+
+  NullJournal journal_;
+  JobMachine machine_;
+  absl::Time now_ = absl::UnixEpoch();
+};
+
+// A rank as its agent would behave: holds a prepared plan, switches at its
+// apply iteration once committed.
+struct SimRank {
+  int pipeline_rank = 0;
+  int replica = 0;
+  uint64_t applied_epoch = 0;
+  bool released = false;
+  std::optional<dynmo::v1::Plan> held;
+  bool committed = false;
+  std::shared_ptr<Inbox> inbox = std::make_shared<Inbox>();
+};
+
+// The grid the ranks run.
+struct Grid {
+  core::Boundaries boundaries;
+  std::vector<int> active_stages;
+  int dp = 1;
+};
+
+absl::Status AtIter(int64_t iter, const absl::Status& status) {
+  return absl::Status(status.code(), absl::StrCat("iteration ", iter, ": ", status.message()));
+}
+
+PlanAck Ack(uint64_t epoch, PlanAck::State state, int64_t iteration) {
+  PlanAck a;
+  a.set_epoch(epoch);
+  a.set_state(state);
+  a.set_iteration(iteration);
+  return a;
+}
+
+class Replay {
+ public:
+  Replay(const core::Trace& trace, const JobReplayConfig& config, ReplayTarget* target)
+      : trace_(trace), config_(config), target_(target) {}
+
+  absl::StatusOr<JobReplayResult> Run();
+
+ private:
+  // Every inbox's messages, answered as agents do, until none is left.
+  absl::Status Drain(int64_t iteration);
+  // Ranks holding a committed plan due at `iteration` switch to it.
+  absl::Status Switch(int64_t iteration);
+  absl::StatusOr<double> Cost(const std::vector<core::LayerCost>& layers,
+                              const Grid& grid) const;
+  ReplayedPlan* PlanOf(uint64_t epoch);
+
+  const core::Trace& trace_;
+  const JobReplayConfig& config_;
+  ReplayTarget* target_;
+  core::ShapeSpec spec_;
+  std::vector<SimRank> ranks_;
+  Grid grid_;
+  int64_t last_iteration_ = 0;
+  absl::Time now_ = absl::FromUnixSeconds(1'700'000'000);
+  JobReplayResult result_;
+};
+
+ReplayedPlan* Replay::PlanOf(uint64_t epoch) {
+  for (ReplayedPlan& p : result_.plans) {
+    if (p.epoch == epoch) return &p;
+  }
+  return nullptr;
+}
+
+absl::Status Replay::Drain(int64_t iteration) {
+  for (bool any = true; any;) {
+    any = false;
+    for (size_t r = 0; r < ranks_.size(); ++r) {
+      SimRank& rank = ranks_[r];
+      for (const auto& m : rank.inbox->Take()) {
+        any = true;
+        if (rank.released) continue;
+        std::optional<PlanAck> ack;
+        if (m->has_prepare()) {
+          const dynmo::v1::Plan& plan = m->prepare();
+          rank.held = plan;
+          rank.committed = plan.commit_with_prepare();
+          ack = Ack(plan.epoch(), PlanAck::PREPARED, iteration);
+          if (PlanOf(plan.epoch()) == nullptr) {
+            ReplayedPlan p;
+            p.epoch = plan.epoch();
+            p.decided_iteration = iteration;
+            p.apply_iteration = plan.apply_iteration();
+            p.reason = plan.reason();
+            p.outcome = "in flight";
+            p.boundaries.assign(plan.boundaries().begin(), plan.boundaries().end());
+            p.active_stages.assign(plan.active_stages().begin(), plan.active_stages().end());
+            p.pp = plan.has_reshape() ? plan.reshape().pipeline_size()
+                                      : plan.active_stages_size();
+            p.dp = plan.has_reshape() ? plan.reshape().data_parallel_size() : grid_.dp;
+            p.migration_bytes = plan.migration_bytes();
+            result_.plans.push_back(std::move(p));
+          }
+        } else if (m->has_commit()) {
+          if (rank.held && rank.held->epoch() == m->commit().epoch()) rank.committed = true;
+        } else if (m->has_abort()) {
+          if (rank.held && rank.held->epoch() == m->abort().epoch()) {
+            rank.held.reset();
+            rank.committed = false;
+          }
+          if (ReplayedPlan* p = PlanOf(m->abort().epoch()); p != nullptr) {
+            if (p->outcome == "in flight") p->outcome = "aborted";
+          }
+        }
+        if (ack) {
+          const UpstreamMessage up[] = {{static_cast<int>(r), nullptr, &*ack}};
+          if (absl::Status s = target_->Upstream(up, now_); !s.ok()) {
+            return AtIter(iteration, s);
+          }
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Replay::Switch(int64_t iteration) {
+  std::optional<dynmo::v1::Plan> due;
+  for (const SimRank& rank : ranks_) {
+    if (!rank.released && rank.held && rank.committed &&
+        rank.held->apply_iteration() <= iteration) {
+      due = rank.held;
+      break;
+    }
+  }
+  if (!due) return absl::OkStatus();
+  const dynmo::v1::Plan& plan = *due;
+  // Positions among the active ranks before the plan (plan.proto's Reshape).
+  const int old_dp = grid_.dp;
+  Grid next;
+  next.boundaries.assign(plan.boundaries().begin(), plan.boundaries().end());
+  next.active_stages.assign(plan.active_stages().begin(), plan.active_stages().end());
+  next.dp = plan.has_reshape() ? plan.reshape().data_parallel_size() : old_dp;
+  std::vector<int> switched;
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    SimRank& rank = ranks_[r];
+    if (rank.released) continue;
+    if (plan.has_reshape()) {
+      const auto at = std::find(grid_.active_stages.begin(), grid_.active_stages.end(),
+                                rank.pipeline_rank);
+      const int p = static_cast<int>(at - grid_.active_stages.begin()) * old_dp + rank.replica;
+      rank.pipeline_rank = p / next.dp;
+      rank.replica = p % next.dp;
+    } else if (std::find(next.active_stages.begin(), next.active_stages.end(),
+                         rank.pipeline_rank) == next.active_stages.end()) {
+      rank.released = true;
+    }
+    rank.applied_epoch = plan.epoch();
+    rank.held.reset();
+    rank.committed = false;
+    switched.push_back(static_cast<int>(r));
+  }
+  grid_ = std::move(next);
+  if (config_.migration_bandwidth_bytes_per_s > 0) {
+    const double s =
+        static_cast<double>(plan.migration_bytes()) / config_.migration_bandwidth_bytes_per_s;
+    result_.migration_s += s;
+    result_.dynamic_total_s += s;
+  }
+  if (ReplayedPlan* p = PlanOf(plan.epoch()); p != nullptr) p->outcome = "applied";
+  const PlanAck applied = Ack(plan.epoch(), PlanAck::APPLIED, last_iteration_);
+  for (int r : switched) {
+    const UpstreamMessage up[] = {{r, nullptr, &applied}};
+    if (absl::Status s = target_->Upstream(up, now_); !s.ok()) return AtIter(iteration, s);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> Replay::Cost(const std::vector<core::LayerCost>& layers,
+                                    const Grid& grid) const {
+  absl::StatusOr<core::ShapeCost> c = core::CostOfGrid(
+      layers, spec_,
+      core::Grid{static_cast<int>(grid.active_stages.size()), grid.dp, grid.boundaries});
+  if (!c.ok()) return c.status();
+  return c->iteration_s;
+}
+
+absl::StatusOr<JobReplayResult> Replay::Run() {
+  const int num_layers = static_cast<int>(trace_.front().layers.size());
+  const int n = config_.pp * config_.dp;
+  spec_.global_microbatches = config_.microbatches * config_.dp;
+  spec_.schedule = core::ParseSchedule(config_.schedule).value_or(core::Schedule::k1F1B);
+  spec_.data_parallel = config_.options.auto_options.data_parallel;
+  std::unique_ptr<ReplayTarget> own;
+  if (target_ == nullptr) {
+    own = MachineTarget(ReplayRegistration(trace_, config_, 0), config_.options);
+    target_ = own.get();
+  }
+  std::vector<dynmo::v1::RegisterRequest> registrations;
+  for (int r = 0; r < n; ++r) registrations.push_back(ReplayRegistration(trace_, config_, r));
+  std::vector<dynmo::v1::RegisterResponse> responses;
+  if (absl::Status s = target_->Register(registrations, &responses); !s.ok()) return s;
+  ranks_.resize(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    ranks_[r].pipeline_rank = r / config_.dp;
+    ranks_[r].replica = r % config_.dp;
+    if (absl::Status s = target_->Attach(r, responses[r].session_key(), ranks_[r].inbox);
+        !s.ok()) {
+      return s;
+    }
+  }
+  grid_.boundaries = core::PartitionUniform(num_layers, config_.pp);
+  for (int s = 0; s < config_.pp; ++s) grid_.active_stages.push_back(s);
+  grid_.dp = config_.dp;
+  const Grid fixed = grid_;
+
+  std::vector<core::LayerCost> previous = core::LayerCostsOf(trace_.front());
+  for (const core::TraceRecord& record : trace_) {
+    const int64_t iter = record.iter;
+    if (absl::Status s = Switch(iter); !s.ok()) return s;
+    const std::vector<core::LayerCost> layers = core::LayerCostsOf(record);
+    absl::StatusOr<double> fixed_s = Cost(layers, fixed);
+    if (!fixed_s.ok()) return AtIter(iter, fixed_s.status());
+    absl::StatusOr<double> moving_s = Cost(layers, grid_);
+    if (!moving_s.ok()) return AtIter(iter, moving_s.status());
+    const int ranks_now = static_cast<int>(grid_.active_stages.size()) * grid_.dp;
+    result_.static_total_s += *fixed_s;
+    result_.dynamic_total_s += *moving_s;
+    result_.static_gpu_s += *fixed_s * n;
+    result_.dynamic_gpu_s += *moving_s * ranks_now;
+    ++result_.iterations;
+    now_ += absl::Seconds(*moving_s);
+
+    const bool changed =
+        core::RelativeTimeChange(previous, layers) > config_.change_threshold;
+    previous = layers;
+    // Every rank of an active stage reports its stage's layers.
+    std::vector<dynmo::v1::IterationReport> reports;
+    std::vector<int> from;
+    for (size_t r = 0; r < ranks_.size(); ++r) {
+      const SimRank& rank = ranks_[r];
+      if (rank.released) continue;
+      const auto at = std::find(grid_.active_stages.begin(), grid_.active_stages.end(),
+                                rank.pipeline_rank);
+      if (at == grid_.active_stages.end()) continue;
+      const size_t stage = static_cast<size_t>(at - grid_.active_stages.begin());
+      dynmo::v1::IterationReport report;
+      report.set_iteration(iter);
+      report.set_applied_epoch(rank.applied_epoch);
+      report.set_model_changed(changed);
+      if (config_.stage_capacity_bytes >= 0) {
+        report.set_stage_memory_capacity_bytes(config_.stage_capacity_bytes);
+      }
+      for (int l = grid_.boundaries[stage]; l < grid_.boundaries[stage + 1]; ++l) {
+        const core::TraceLayer& t = record.layers[static_cast<size_t>(l)];
+        dynmo::v1::LayerSample* sample = report.add_layers();
+        sample->set_layer(l);
+        sample->set_fwd_s(t.fwd_s);
+        sample->set_bwd_s(t.bwd_s);
+        sample->set_wgrad_s(t.wgrad_s);
+        sample->set_resident_bytes(t.mem_bytes);
+      }
+      reports.push_back(std::move(report));
+      from.push_back(static_cast<int>(r));
+    }
+    std::vector<UpstreamMessage> up;
+    for (size_t i = 0; i < reports.size(); ++i) up.push_back({from[i], &reports[i], nullptr});
+    if (absl::Status s = target_->Upstream(up, now_); !s.ok()) return AtIter(iter, s);
+    last_iteration_ = iter;
+    if (absl::Status s = Drain(iter); !s.ok()) return s;
+    target_->Tick(now_);
+    if (absl::Status s = Drain(iter); !s.ok()) return s;
+  }
+  result_.speedup =
+      result_.dynamic_total_s > 0 ? result_.static_total_s / result_.dynamic_total_s : 1;
+  result_.final_boundaries = grid_.boundaries;
+  result_.final_active_stages = grid_.active_stages;
+  result_.final_pp = static_cast<int>(grid_.active_stages.size());
+  result_.final_dp = grid_.dp;
+  return std::move(result_);
+}
+
+}  // namespace
+
+absl::Status ValidateJobReplayConfig(const JobReplayConfig& c) {
+  if (c.pp < 1 || c.dp < 1 || c.microbatches < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pp, dp and microbatches must be >= 1, got ", c.pp, ", ", c.dp, ", ", c.microbatches));
+  }
+  if (absl::StatusOr<core::Schedule> s = core::ParseSchedule(c.schedule); !s.ok()) {
+    return s.status();
+  }
+  if (!std::isfinite(c.migration_bandwidth_bytes_per_s) ||
+      c.migration_bandwidth_bytes_per_s < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "migration bandwidth must be finite and >= 0 (0 = free), got ",
+        c.migration_bandwidth_bytes_per_s));
+  }
+  if (!std::isfinite(c.change_threshold) || c.change_threshold < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("change threshold must be finite and >= 0, got ", c.change_threshold));
+  }
+  if (c.options.default_policy.trigger.kind == Trigger::Kind::kOnChange) {
+    return absl::InvalidArgumentError(
+        "trigger 'on-change' is the trace replay's, not the coordinator's: use every:N, "
+        "on-event, auto or manual");
+  }
+  return core::ValidateTrigger(c.options.default_policy.trigger);
+}
+
+dynmo::v1::RegisterRequest ReplayRegistration(const core::Trace& trace,
+                                              const JobReplayConfig& config, int rank) {
+  dynmo::v1::RegisterRequest r;
+  r.set_job(kJob);
+  r.set_rank(rank);
+  r.set_pipeline_rank(rank / config.dp);
+  r.set_data_parallel_rank(rank % config.dp);
+  r.set_pipeline_size(config.pp);
+  r.set_data_parallel_size(config.dp);
+  r.set_host(absl::StrCat("sim-", rank));
+  r.set_device(0);
+  if (config.stage_capacity_bytes >= 0) r.set_memory_capacity_bytes(config.stage_capacity_bytes);
+  r.set_num_layers(trace.empty() ? 0 : static_cast<int>(trace.front().layers.size()));
+  r.set_microbatches(config.microbatches);
+  r.set_schedule(config.schedule);
+  return r;
+}
+
+std::unique_ptr<ReplayTarget> MachineTarget(const dynmo::v1::RegisterRequest& first,
+                                            const JobOptions& options) {
+  return std::make_unique<Machine>(first, options);
+}
+
+absl::StatusOr<JobReplayResult> ReplayJob(const core::Trace& trace,
+                                          const JobReplayConfig& config,
+                                          ReplayTarget* target) {
+  if (absl::Status s = core::ValidateTrace(trace); !s.ok()) return s;
+  if (absl::Status s = ValidateJobReplayConfig(config); !s.ok()) return s;
+  const int num_layers = static_cast<int>(trace.front().layers.size());
+  if (config.pp > num_layers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        config.pp, " stages cannot each hold a layer of a ", num_layers, "-layer trace"));
+  }
+  return Replay(trace, config, target).Run();
+}
+
+}  // namespace dynmo::service
