@@ -1,0 +1,250 @@
+// JobMachine on its own: no lock, no keeper, no clock. Events in, effects
+// out; durability through a journal the test controls.
+#include "coordinator/service/job_machine.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace dynmo::service {
+namespace {
+
+using dynmo::v1::CoordinatorMessage;
+using dynmo::v1::PlanAck;
+
+constexpr int kStages = 2;
+constexpr int kLayers = 8;
+
+class Journal : public JobJournal {
+ public:
+  absl::Status Commit(const dynmo::v1::JobRecord& record) override {
+    if (fail) return absl::UnavailableError("state not persisted (disk full)");
+    records.push_back(record);
+    return absl::OkStatus();
+  }
+  bool fail = false;
+  std::vector<dynmo::v1::JobRecord> records;
+};
+
+class Sink : public SessionSink {
+ public:
+  void Send(std::shared_ptr<const CoordinatorMessage> m) override { got.push_back(*m); }
+  void Close(const absl::Status&) override {}
+  std::vector<CoordinatorMessage> got;
+};
+
+dynmo::v1::RegisterRequest Reg(int rank) {
+  dynmo::v1::RegisterRequest r;
+  r.set_job("m");
+  r.set_rank(rank);
+  r.set_pipeline_rank(rank);
+  r.set_pipeline_size(kStages);
+  r.set_data_parallel_size(1);
+  r.set_num_layers(kLayers);
+  r.set_host("h");
+  r.set_microbatches(4);
+  return r;
+}
+
+class JobMachineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    options_.default_policy.trigger = Trigger{Trigger::Kind::kManual};
+    options_.plan_lead_iterations = 5;
+    machine_ = std::make_unique<JobMachine>(Reg(0), options_, &journal_);
+    std::vector<dynmo::v1::RegisterRequest> regs = {Reg(0), Reg(1)};
+    std::vector<const dynmo::v1::RegisterRequest*> all = {&regs[0], &regs[1]};
+    std::vector<dynmo::v1::RegisterResponse> responses;
+    JobEffects fx;
+    ASSERT_TRUE(machine_->Register(all, t0_, &responses, &fx).ok());
+    for (int r = 0; r < kStages; ++r) {
+      sinks_.push_back(std::make_shared<Sink>());
+      const int ranks[] = {r};
+      const std::string keys[] = {responses[r].session_key()};
+      ASSERT_TRUE(machine_->Attach(ranks, keys, false, sinks_[r], &fx).ok());
+    }
+  }
+
+  // Stage 0's layers cost three times stage 1's.
+  void Report(int64_t iteration) {
+    std::vector<dynmo::v1::IterationReport> reports(kStages);
+    std::vector<UpstreamMessage> up;
+    for (int r = 0; r < kStages; ++r) {
+      reports[r].set_iteration(iteration);
+      for (int l = r * kLayers / 2; l < (r + 1) * kLayers / 2; ++l) {
+        auto* s = reports[r].add_layers();
+        s->set_layer(l);
+        s->set_fwd_s(r == 0 ? 0.03 : 0.01);
+        s->set_bwd_s(r == 0 ? 0.06 : 0.02);
+        s->set_resident_bytes(1 << 20);
+      }
+      up.push_back({r, &reports[r], nullptr});
+    }
+    JobEffects fx;
+    ASSERT_TRUE(machine_->OnUpstream(up, t0_, &fx).ok());
+    EXPECT_EQ(fx.reports, kStages);
+  }
+
+  static void Deliver(const JobEffects& fx) {
+    for (const auto& s : fx.sends) s.sink->SendTo(s.ranks, s.message);
+  }
+
+  JobOptions options_;
+  Journal journal_;
+  std::unique_ptr<JobMachine> machine_;
+  std::vector<std::shared_ptr<Sink>> sinks_;
+  absl::Time t0_ = absl::FromUnixSeconds(1'000'000);
+};
+
+TEST_F(JobMachineTest, IssueIsDurableBeforeItsPrepareIsAnEffect) {
+  Report(3);
+  JobEffects fx;
+  auto r = machine_->Rebalance(t0_, &fx);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->issued());
+  // The record naming epoch 1 was committed; the sends are effects only.
+  ASSERT_FALSE(journal_.records.empty());
+  EXPECT_EQ(journal_.records.back().epoch(), 1u);
+  for (const auto& s : sinks_) EXPECT_TRUE(s->got.empty());
+  ASSERT_EQ(fx.sends.size(), 2u);
+  EXPECT_TRUE(fx.sends[0].message->has_prepare());
+  EXPECT_EQ(fx.plans_issued, 1);
+  EXPECT_TRUE(fx.measures_changed);
+  EXPECT_EQ(fx.decision_latency_s.size(), 1u);
+  ASSERT_FALSE(fx.events.empty());
+  EXPECT_EQ(fx.events.back().name, "plan_issued");
+  EXPECT_EQ(r->plan().apply_iteration(), 3 + 5);
+}
+
+TEST_F(JobMachineTest, AJournalFailureRetractsThePlanAndSendsNothing) {
+  Report(3);
+  journal_.fail = true;
+  JobEffects fx;
+  auto r = machine_->Rebalance(t0_, &fx);
+  EXPECT_FALSE(r.ok());
+  EXPECT_NE(std::string(r.status().message()).find("disk full"), std::string::npos);
+  EXPECT_TRUE(fx.sends.empty());
+  EXPECT_EQ(fx.plans_issued, 0);
+  EXPECT_EQ(machine_->Summary().epoch(), 0u) << "the epoch was retracted";
+  // Once the journal works again the same decision goes out as epoch 1.
+  journal_.fail = false;
+  JobEffects again;
+  auto r2 = machine_->Rebalance(t0_, &again);
+  ASSERT_TRUE(r2.ok()) << r2.status();
+  EXPECT_EQ(r2->plan().epoch(), 1u);
+}
+
+TEST_F(JobMachineTest, ACommitThatCannotBeSavedBecomesAnAbort) {
+  Report(3);
+  JobEffects fx;
+  auto r = machine_->Rebalance(t0_, &fx);
+  ASSERT_TRUE(r.ok() && r->issued());
+  journal_.fail = true;
+  JobEffects acks;
+  const PlanAck a0 = [&] {
+    PlanAck a;
+    a.set_epoch(1);
+    a.set_state(PlanAck::PREPARED);
+    a.set_iteration(3);
+    return a;
+  }();
+  const UpstreamMessage up[] = {{0, nullptr, &a0}, {1, nullptr, &a0}};
+  ASSERT_TRUE(machine_->OnUpstream(up, t0_, &acks).ok());
+  ASSERT_EQ(acks.sends.size(), 2u);
+  EXPECT_TRUE(acks.sends[0].message->has_abort()) << "never a COMMIT that was not saved";
+  EXPECT_EQ(acks.plans_aborted, 1);
+  EXPECT_EQ(machine_->Summary().plan_state(), "idle");
+}
+
+TEST_F(JobMachineTest, SameEventsSameEffects) {
+  // A second machine fed the same events decides the same, message for
+  // message: nothing depends on a clock or a lock.
+  Journal journal2;
+  JobMachine twin(Reg(0), options_, &journal2);
+  std::vector<dynmo::v1::RegisterRequest> regs = {Reg(0), Reg(1)};
+  std::vector<const dynmo::v1::RegisterRequest*> all = {&regs[0], &regs[1]};
+  std::vector<dynmo::v1::RegisterResponse> responses;
+  JobEffects fx;
+  ASSERT_TRUE(twin.Register(all, t0_, &responses, &fx).ok());
+  for (int r = 0; r < kStages; ++r) {
+    const int ranks[] = {r};
+    const std::string keys[] = {responses[r].session_key()};
+    ASSERT_TRUE(twin.Attach(ranks, keys, false, std::make_shared<Sink>(), &fx).ok());
+  }
+  Report(3);
+  std::vector<dynmo::v1::IterationReport> reports(kStages);
+  std::vector<UpstreamMessage> up;
+  for (int r = 0; r < kStages; ++r) {
+    reports[r].set_iteration(3);
+    for (int l = r * kLayers / 2; l < (r + 1) * kLayers / 2; ++l) {
+      auto* s = reports[r].add_layers();
+      s->set_layer(l);
+      s->set_fwd_s(r == 0 ? 0.03 : 0.01);
+      s->set_bwd_s(r == 0 ? 0.06 : 0.02);
+      s->set_resident_bytes(1 << 20);
+    }
+    up.push_back({r, &reports[r], nullptr});
+  }
+  ASSERT_TRUE(twin.OnUpstream(up, t0_, &fx).ok());
+  JobEffects a, b;
+  auto ra = machine_->Rebalance(t0_, &a);
+  auto rb = twin.Rebalance(t0_, &b);
+  ASSERT_TRUE(ra.ok()) << ra.status();
+  ASSERT_TRUE(rb.ok()) << rb.status();
+  EXPECT_EQ(ra->plan().SerializeAsString(), rb->plan().SerializeAsString());
+  ASSERT_EQ(a.events.size(), b.events.size());
+  for (size_t i = 0; i < a.events.size(); ++i) {
+    EXPECT_EQ(a.events[i].name, b.events[i].name);
+    ASSERT_EQ(a.events[i].fields.size(), b.events[i].fields.size());
+    for (size_t f = 0; f < a.events[i].fields.size(); ++f) {
+      EXPECT_EQ(a.events[i].fields[f].value(), b.events[i].fields[f].value());
+    }
+  }
+}
+
+TEST_F(JobMachineTest, AppliedPlanReportsItsBytesAndMovesTheLayout) {
+  Report(3);
+  JobEffects fx;
+  auto r = machine_->Rebalance(t0_, &fx);
+  ASSERT_TRUE(r.ok() && r->issued());
+  Deliver(fx);
+  PlanAck prepared;
+  prepared.set_epoch(1);
+  prepared.set_state(PlanAck::PREPARED);
+  prepared.set_iteration(3);
+  const UpstreamMessage p[] = {{0, nullptr, &prepared}, {1, nullptr, &prepared}};
+  JobEffects commit;
+  ASSERT_TRUE(machine_->OnUpstream(p, t0_, &commit).ok());
+  ASSERT_EQ(commit.sends.size(), 2u);
+  EXPECT_TRUE(commit.sends[0].message->has_commit());
+  PlanAck applied = prepared;
+  applied.set_state(PlanAck::APPLIED);
+  applied.set_iteration(8);
+  const UpstreamMessage a[] = {{0, nullptr, &applied}};
+  JobEffects done;
+  ASSERT_TRUE(machine_->OnUpstream(a, t0_, &done).ok());
+  EXPECT_EQ(done.plans_applied, 1);
+  EXPECT_EQ(done.migrated_bytes, static_cast<double>(r->plan().migration_bytes()));
+  EXPECT_EQ(std::vector<int>(machine_->layout().boundaries.begin(),
+                             machine_->layout().boundaries.end()),
+            std::vector<int>(r->plan().boundaries().begin(), r->plan().boundaries().end()));
+}
+
+TEST_F(JobMachineTest, ARefusedBatchChangesNothing) {
+  dynmo::v1::IterationReport good, bad;
+  good.set_iteration(1);
+  bad.set_iteration(1);
+  auto* s = bad.add_layers();
+  s->set_layer(kLayers + 3);  // no such layer
+  const UpstreamMessage up[] = {{0, &good, nullptr}, {1, &bad, nullptr}};
+  JobEffects fx;
+  EXPECT_FALSE(machine_->OnUpstream(up, t0_, &fx).ok());
+  EXPECT_EQ(fx.reports, 0);
+  EXPECT_EQ(machine_->Summary().reports(), 0);
+}
+
+}  // namespace
+}  // namespace dynmo::service
