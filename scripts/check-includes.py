@@ -24,9 +24,12 @@ ALLOWED = {
     "cli": {"cli"},
     "coordinator/core": {"coordinator/core"},
     "coordinator/formats": {"coordinator/core", "coordinator/formats"},
+    # dynmo-sim replays through the coordinator's own job machine.
     "coordinator/tools": {"coordinator/core", "coordinator/formats", "coordinator/tools",
-                          "cli"},
-    "coordinator/service": {"coordinator/core", "coordinator/formats",
+                          "coordinator/job", "dynmo/v1", "cli"},
+    # The pure job machine: no daemon, no logger, no metrics.
+    "coordinator/job": {"coordinator/core", "coordinator/job", "dynmo/v1"},
+    "coordinator/service": {"coordinator/core", "coordinator/formats", "coordinator/job",
                             "coordinator/service", "dynmo/v1", "cli", "rpc"},
     "agent": {"agent", "coordinator/core", "dynmo/v1", "rpc"},
     # The node relay: a server for the agents, a client of the coordinator.
@@ -34,14 +37,15 @@ ALLOWED = {
     "rpc": {"rpc"},
     "clients": {"clients", "agent", "relay", "coordinator/core", "coordinator/formats",
                 "dynmo/v1", "cli", "rpc"},
-    "launcher": {"launcher", "agent", "relay", "coordinator/service", "coordinator/core",
+    "launcher": {"launcher", "agent", "relay", "coordinator/service", "coordinator/job",
+                 "coordinator/core",
                  "dynmo/v1", "cli", "rpc"},
     "kernels": {"kernels"},
     # trainer/ itself holds no sources, only its floors (TRAINER_FLOORS).
     "trainer": set(),
     # The Python binding (dynmo._core): the agent and the tools' decision code.
     "python": {"python", "agent", "coordinator/core", "coordinator/formats",
-               "coordinator/tools", "dynmo/v1"},
+               "coordinator/tools", "coordinator/job", "dynmo/v1"},
 }
 # The trainer's floors, bottom to top (trainer/README.md): each may include
 # itself, the floors below it and the folders outside trainer/ that the
@@ -59,7 +63,7 @@ TRAINER_PLAIN = {"trainer/data", "trainer/layout", "trainer/config"}
 # Folders whose own code may include any of ours (they test or measure it).
 ANYTHING = {"tests", "bench", "examples"}
 OURS = ["cli", "rpc", "coordinator/core", "coordinator/formats", "coordinator/tools",
-        "coordinator/service", "agent", "relay", "clients", "launcher", "kernels",
+        "coordinator/job", "coordinator/service", "agent", "relay", "clients", "launcher", "kernels",
         "trainer", "python", "dynmo/v1", "tests", "bench"] + [
             "trainer/" + f for f in TRAINER_FLOORS]
 TORCH = ("torch/", "ATen/", "c10/", "caffe2/")
@@ -70,6 +74,8 @@ NO_IO = {
     "coordinator/core": ("grpc", "grpcpp/", "google/protobuf/", "nlohmann/", "prometheus/"),
     "coordinator/formats": ("grpc", "grpcpp/", "google/protobuf/", "prometheus/"),
     "kernels": ("grpc", "grpcpp/", "google/protobuf/", "nlohmann/"),
+    # The job machine speaks protobuf messages and nothing else of the wire.
+    "coordinator/job": ("grpc", "grpcpp/", "nlohmann/", "prometheus/", "spdlog/"),
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]')
 SOURCES = (".h", ".hpp", ".cc", ".cpp", ".cu", ".cuh")

@@ -77,14 +77,6 @@ void LogRefusal(const grpc::ServerContextBase& context, Role role, const absl::S
 
 }  // namespace
 
-bool ConstantTimeEquals(absl::string_view got, absl::string_view want) {
-  unsigned char diff = got.size() == want.size() ? 0 : 1;
-  for (size_t i = 0; i < want.size(); ++i) {
-    const unsigned char g = i < got.size() ? got[i] : 0;
-    diff |= static_cast<unsigned char>(g ^ want[i]);
-  }
-  return diff == 0;
-}
 
 absl::StatusOr<Authenticator> Authenticator::ParsePrincipals(const std::string& text,
                                                              const std::string& source) {

@@ -29,14 +29,11 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "coordinator/job/constant_time.h"
 #include "grpcpp/server_context.h"
 
 namespace dynmo::service {
 
-// Whether a presented secret equals the expected one, in time that depends
-// only on the expected one's length (no early exit on the first mismatch):
-// tokens, session keys, the metrics login.
-bool ConstantTimeEquals(absl::string_view got, absl::string_view want);
 
 enum class Role : uint32_t { kAgent = 1, kOperator = 2, kScheduler = 4 };
 

@@ -22,7 +22,7 @@
 #include "cli/program_info.h"
 #include "coordinator/core/partition.h"
 #include "coordinator/service/event_log.h"
-#include "coordinator/service/policy.h"
+#include "coordinator/job/policy.h"
 #include "coordinator/service/server.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:50051", "gRPC listen address");

@@ -92,11 +92,6 @@ std::string JsonString(absl::string_view v) {
 
 }  // namespace
 
-LogField::LogField(absl::string_view key, double value)
-    : key_(key), bare_(std::isfinite(value)) {
-  value_ = bare_ ? absl::StrFormat("%.6g", value) : absl::StrCat(value);
-}
-
 absl::StatusOr<LogLevel> ParseLogLevel(absl::string_view name) {
   const std::string n = absl::AsciiStrToLower(name);
   if (n == "debug") return LogLevel::kDebug;

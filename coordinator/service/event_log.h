@@ -26,46 +26,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "coordinator/job/log_field.h"
 
 namespace dynmo::service {
 
-enum class LogLevel { kDebug, kInfo, kWarning, kError };
 enum class LogFormat { kLogfmt, kJson };
 
 // "debug" | "info" | "warning" | "error"; INVALID_ARGUMENT otherwise.
 absl::StatusOr<LogLevel> ParseLogLevel(absl::string_view name);
 // "logfmt" | "json"; INVALID_ARGUMENT otherwise.
 absl::StatusOr<LogFormat> ParseLogFormat(absl::string_view name);
-
-// One key=value of an event. Text is quoted and escaped as the format
-// wants; numbers and booleans stay bare (JSON numbers, logfmt words).
-class LogField {
- public:
-  LogField(absl::string_view key, absl::string_view text)
-      : key_(key), value_(text), bare_(false) {}
-  LogField(absl::string_view key, const char* text)
-      : LogField(key, absl::string_view(text)) {}
-  LogField(absl::string_view key, const std::string& text)
-      : LogField(key, absl::string_view(text)) {}
-  LogField(absl::string_view key, bool value)
-      : key_(key), value_(value ? "true" : "false"), bare_(true) {}
-  template <typename Int,
-            std::enable_if_t<std::is_integral_v<Int> && !std::is_same_v<Int, bool>, int> = 0>
-  LogField(absl::string_view key, Int value)
-      : key_(key), value_(absl::StrCat(value)), bare_(true) {}
-  // A non-finite double is written as text ("inf", "nan"): JSON has no
-  // number for it.
-  LogField(absl::string_view key, double value);
-
-  absl::string_view key() const { return key_; }
-  absl::string_view value() const { return value_; }
-  bool bare() const { return bare_; }
-
- private:
-  absl::string_view key_;
-  std::string value_;
-  bool bare_;
-};
 
 struct EventLogOptions {
   LogFormat format = LogFormat::kLogfmt;

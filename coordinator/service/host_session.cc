@@ -6,9 +6,10 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
-#include "coordinator/service/session_sink.h"
+#include "coordinator/job/session_sink.h"
 #include "rpc/stream_outbox.h"
-#include "coordinator/service/validation.h"
+#include "coordinator/job/validation.h"
+#include "coordinator/service/grpc_status.h"
 
 namespace dynmo::service {
 namespace {

@@ -2,7 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/service/event_log.h"
-#include "coordinator/service/validation.h"
+#include "coordinator/job/validation.h"
 
 namespace dynmo::service {
 

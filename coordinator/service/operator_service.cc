@@ -1,6 +1,7 @@
 #include "coordinator/service/operator_service.h"
 
-#include "coordinator/service/validation.h"
+#include "coordinator/job/validation.h"
+#include "coordinator/service/grpc_status.h"
 
 namespace dynmo::service {
 

@@ -4,7 +4,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "coordinator/service/validation.h"
+#include "coordinator/job/validation.h"
+#include "coordinator/service/grpc_status.h"
 
 namespace dynmo::service {
 namespace {

@@ -20,7 +20,7 @@
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
-#include "coordinator/service/session_sink.h"
+#include "coordinator/job/session_sink.h"
 #include "dynmo/v1/agent.pb.h"
 
 namespace dynmo::service {

@@ -26,10 +26,10 @@
 #include "coordinator/service/event_log.h"
 #include "coordinator/service/job_registry.h"
 #include "coordinator/service/metrics.h"
-#include "coordinator/service/policy.h"
+#include "coordinator/job/policy.h"
 #include "coordinator/service/released_pool.h"
 #include "coordinator/service/state_store.h"
-#include "coordinator/service/validation.h"
+#include "coordinator/job/validation.h"
 #include "google/protobuf/stubs/logging.h"
 
 namespace {

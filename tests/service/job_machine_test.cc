@@ -1,6 +1,6 @@
 // JobMachine on its own: no lock, no keeper, no clock. Events in, effects
 // out; durability through a journal the test controls.
-#include "coordinator/service/job_machine.h"
+#include "coordinator/job/job_machine.h"
 
 #include <memory>
 #include <string>

@@ -1,7 +1,7 @@
 // JobReplay: a trace replayed through the coordinator's own JobMachine, and
 // the same samples fed to a live JobState (the daemon's shell, with its
 // state keeper on disk) yield the same plans at the same iterations.
-#include "coordinator/service/job_replay.h"
+#include "coordinator/job/job_replay.h"
 
 #include <filesystem>
 #include <fstream>

@@ -1,4 +1,4 @@
-#include "coordinator/service/policy.h"
+#include "coordinator/job/policy.h"
 
 #include <random>
 

@@ -1,4 +1,4 @@
-#include "coordinator/service/rank_roster.h"
+#include "coordinator/job/rank_roster.h"
 
 #include <memory>
 #include <string>

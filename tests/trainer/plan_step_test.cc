@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/service/decision.h"
-#include "coordinator/service/plan_convert.h"
+#include "coordinator/job/decision.h"
+#include "coordinator/job/plan_convert.h"
 #include "gtest/gtest.h"
 
 namespace dynmo::trainer {

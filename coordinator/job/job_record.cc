@@ -1,6 +1,6 @@
-#include "coordinator/service/job_record.h"
+#include "coordinator/job/job_record.h"
 
-#include "coordinator/service/proto_convert.h"
+#include "coordinator/job/proto_convert.h"
 
 namespace dynmo::service {
 

@@ -1,4 +1,4 @@
-#include "coordinator/service/job_replay.h"
+#include "coordinator/job/job_replay.h"
 
 #include <algorithm>
 #include <cmath>

@@ -25,8 +25,8 @@
 // Acks of settled epochs are no-ops. Times are passed in: no clock.
 //
 // Not thread-safe: the owner serialises every call under its lock.
-#ifndef DYNMO_COORDINATOR_SERVICE_PLAN_PROTOCOL_H_
-#define DYNMO_COORDINATOR_SERVICE_PLAN_PROTOCOL_H_
+#ifndef DYNMO_COORDINATOR_JOB_PLAN_PROTOCOL_H_
+#define DYNMO_COORDINATOR_JOB_PLAN_PROTOCOL_H_
 
 #include <cstdint>
 #include <deque>
@@ -163,4 +163,4 @@ class PlanProtocol {
 
 }  // namespace dynmo::service
 
-#endif  // DYNMO_COORDINATOR_SERVICE_PLAN_PROTOCOL_H_
+#endif  // DYNMO_COORDINATOR_JOB_PLAN_PROTOCOL_H_

@@ -1,4 +1,4 @@
-#include "coordinator/service/rebalancer.h"
+#include "coordinator/job/rebalancer.h"
 
 #include <algorithm>
 #include <chrono>

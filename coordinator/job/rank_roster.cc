@@ -1,4 +1,4 @@
-#include "coordinator/service/rank_roster.h"
+#include "coordinator/job/rank_roster.h"
 
 #include <sys/random.h>
 
@@ -7,7 +7,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "coordinator/service/auth.h"
+#include "coordinator/job/constant_time.h"
 #include "absl/strings/str_join.h"
 
 namespace dynmo::service {

@@ -4,12 +4,12 @@
 // a Decision is plan_convert.h (the trainer's tests read it back). Messages
 // come in already validated (validation.h) except where a function says it
 // checks. Pure; thread-safe.
-#ifndef DYNMO_COORDINATOR_SERVICE_PROTO_CONVERT_H_
-#define DYNMO_COORDINATOR_SERVICE_PROTO_CONVERT_H_
+#ifndef DYNMO_COORDINATOR_JOB_PROTO_CONVERT_H_
+#define DYNMO_COORDINATOR_JOB_PROTO_CONVERT_H_
 
 #include "absl/status/statusor.h"
 #include "coordinator/core/cost_model.h"
-#include "coordinator/service/policy.h"
+#include "coordinator/job/policy.h"
 #include "dynmo/v1/agent.pb.h"
 #include "dynmo/v1/operator.pb.h"
 #include "dynmo/v1/plan.pb.h"
@@ -29,4 +29,4 @@ dynmo::v1::Policy PolicyToProto(const Policy& policy);
 
 }  // namespace dynmo::service
 
-#endif  // DYNMO_COORDINATOR_SERVICE_PROTO_CONVERT_H_
+#endif  // DYNMO_COORDINATOR_JOB_PROTO_CONVERT_H_

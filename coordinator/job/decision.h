@@ -3,8 +3,8 @@
 // indices (0..active-1) back to the job's original stage ids, so migrations,
 // splits and released stages name pipeline ranks the trainer knows.
 // A pure function: no clock, no lock, no I/O.
-#ifndef DYNMO_COORDINATOR_SERVICE_DECISION_H_
-#define DYNMO_COORDINATOR_SERVICE_DECISION_H_
+#ifndef DYNMO_COORDINATOR_JOB_DECISION_H_
+#define DYNMO_COORDINATOR_JOB_DECISION_H_
 
 #include <cstdint>
 #include <optional>
@@ -16,7 +16,7 @@
 #include "coordinator/core/migration.h"
 #include "coordinator/core/repack.h"
 #include "coordinator/core/reshape.h"
-#include "coordinator/service/policy.h"
+#include "coordinator/job/policy.h"
 
 namespace dynmo::service {
 
@@ -75,4 +75,4 @@ absl::StatusOr<Decision> Decide(const DecisionInput& input);
 
 }  // namespace dynmo::service
 
-#endif  // DYNMO_COORDINATOR_SERVICE_DECISION_H_
+#endif  // DYNMO_COORDINATOR_JOB_DECISION_H_

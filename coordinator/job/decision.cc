@@ -1,4 +1,4 @@
-#include "coordinator/service/decision.h"
+#include "coordinator/job/decision.h"
 
 #include <algorithm>
 #include <utility>

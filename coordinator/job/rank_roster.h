@@ -9,8 +9,8 @@
 // nothing: sessions it replaces are handed back for the owner to close.
 //
 // Thread-compatible: the owner (JobState) guards it with its lock.
-#ifndef DYNMO_COORDINATOR_SERVICE_RANK_ROSTER_H_
-#define DYNMO_COORDINATOR_SERVICE_RANK_ROSTER_H_
+#ifndef DYNMO_COORDINATOR_JOB_RANK_ROSTER_H_
+#define DYNMO_COORDINATOR_JOB_RANK_ROSTER_H_
 
 #include <cstdint>
 #include <memory>
@@ -22,7 +22,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "coordinator/core/cost_profile.h"
-#include "coordinator/service/session_sink.h"
+#include "coordinator/job/session_sink.h"
 #include "dynmo/v1/agent.pb.h"
 #include "dynmo/v1/plan.pb.h"
 #include "dynmo/v1/scheduler.pb.h"
@@ -157,4 +157,4 @@ class RankRoster {
 
 }  // namespace dynmo::service
 
-#endif  // DYNMO_COORDINATOR_SERVICE_RANK_ROSTER_H_
+#endif  // DYNMO_COORDINATOR_JOB_RANK_ROSTER_H_

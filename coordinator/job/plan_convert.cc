@@ -1,4 +1,4 @@
-#include "coordinator/service/plan_convert.h"
+#include "coordinator/job/plan_convert.h"
 
 namespace dynmo::service {
 

@@ -30,8 +30,8 @@
 // both decide with one code path.
 //
 // Thread-compatible: the owner serialises every call.
-#ifndef DYNMO_COORDINATOR_SERVICE_JOB_MACHINE_H_
-#define DYNMO_COORDINATOR_SERVICE_JOB_MACHINE_H_
+#ifndef DYNMO_COORDINATOR_JOB_JOB_MACHINE_H_
+#define DYNMO_COORDINATOR_JOB_JOB_MACHINE_H_
 
 #include <cstdint>
 #include <memory>
@@ -45,15 +45,15 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "coordinator/core/cost_profile.h"
-#include "coordinator/service/decision.h"
-#include "coordinator/service/event_log.h"
-#include "coordinator/service/job_layout.h"
-#include "coordinator/service/job_record.h"
-#include "coordinator/service/plan_protocol.h"
-#include "coordinator/service/policy.h"
-#include "coordinator/service/rank_roster.h"
-#include "coordinator/service/rebalancer.h"
-#include "coordinator/service/session_sink.h"
+#include "coordinator/job/decision.h"
+#include "coordinator/job/log_field.h"
+#include "coordinator/job/job_layout.h"
+#include "coordinator/job/job_record.h"
+#include "coordinator/job/plan_protocol.h"
+#include "coordinator/job/policy.h"
+#include "coordinator/job/rank_roster.h"
+#include "coordinator/job/rebalancer.h"
+#include "coordinator/job/session_sink.h"
 #include "dynmo/v1/agent.pb.h"
 #include "dynmo/v1/operator.pb.h"
 #include "dynmo/v1/state.pb.h"
@@ -294,4 +294,4 @@ class JobMachine {
 
 }  // namespace dynmo::service
 
-#endif  // DYNMO_COORDINATOR_SERVICE_JOB_MACHINE_H_
+#endif  // DYNMO_COORDINATOR_JOB_JOB_MACHINE_H_

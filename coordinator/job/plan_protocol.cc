@@ -1,4 +1,4 @@
-#include "coordinator/service/plan_protocol.h"
+#include "coordinator/job/plan_protocol.h"
 
 #include <algorithm>
 #include <utility>

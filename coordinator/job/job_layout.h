@@ -3,8 +3,8 @@
 // them, and the schedule and micro-batch count that size each stage's
 // activation memory. A plain value; thread-compatible. The functions below
 // are pure.
-#ifndef DYNMO_COORDINATOR_SERVICE_JOB_LAYOUT_H_
-#define DYNMO_COORDINATOR_SERVICE_JOB_LAYOUT_H_
+#ifndef DYNMO_COORDINATOR_JOB_JOB_LAYOUT_H_
+#define DYNMO_COORDINATOR_JOB_JOB_LAYOUT_H_
 
 #include <string>
 #include <vector>
@@ -36,4 +36,4 @@ JobLayout StartingLayout(int microbatches, const std::string& schedule,
 
 }  // namespace dynmo::service
 
-#endif  // DYNMO_COORDINATOR_SERVICE_JOB_LAYOUT_H_
+#endif  // DYNMO_COORDINATOR_JOB_JOB_LAYOUT_H_

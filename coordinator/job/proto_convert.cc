@@ -1,4 +1,4 @@
-#include "coordinator/service/proto_convert.h"
+#include "coordinator/job/proto_convert.h"
 
 #include <cmath>
 

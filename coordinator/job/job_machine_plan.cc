@@ -15,8 +15,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "coordinator/service/job_machine.h"
-#include "coordinator/service/plan_convert.h"
+#include "coordinator/job/job_machine.h"
+#include "coordinator/job/plan_convert.h"
 
 namespace dynmo::service {
 

@@ -7,8 +7,8 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "coordinator/service/job_machine.h"
-#include "coordinator/service/validation.h"
+#include "coordinator/job/job_machine.h"
+#include "coordinator/job/validation.h"
 
 namespace dynmo::service {
 

@@ -1,4 +1,4 @@
-#include "coordinator/service/job_layout.h"
+#include "coordinator/job/job_layout.h"
 
 #include <utility>
 

@@ -3,8 +3,8 @@
 // sizes) and returns INVALID_ARGUMENT naming the offending field; checks
 // that need a job's state (does the rank exist, does the layer count match)
 // live in JobState and return FAILED_PRECONDITION or NOT_FOUND.
-#ifndef DYNMO_COORDINATOR_SERVICE_VALIDATION_H_
-#define DYNMO_COORDINATOR_SERVICE_VALIDATION_H_
+#ifndef DYNMO_COORDINATOR_JOB_VALIDATION_H_
+#define DYNMO_COORDINATOR_JOB_VALIDATION_H_
 
 #include <cstdint>
 
@@ -12,7 +12,6 @@
 #include "absl/strings/string_view.h"
 #include "dynmo/v1/agent.pb.h"
 #include "dynmo/v1/operator.pb.h"
-#include "grpcpp/support/status.h"
 
 namespace dynmo::service {
 
@@ -52,11 +51,6 @@ absl::Status ValidateRegisterHost(const dynmo::v1::RegisterHostRequest& request)
 // distinct ranks.
 absl::Status ValidateHostHello(const dynmo::v1::HostHello& hello);
 
-// absl and gRPC share their canonical codes; this keeps the message.
-grpc::Status ToGrpcStatus(const absl::Status& status);
-// "INVALID_ARGUMENT", ... for metric labels.
-const char* GrpcCodeName(grpc::StatusCode code);
-
 }  // namespace dynmo::service
 
-#endif  // DYNMO_COORDINATOR_SERVICE_VALIDATION_H_
+#endif  // DYNMO_COORDINATOR_JOB_VALIDATION_H_

@@ -19,8 +19,8 @@
 // JobState (the daemon's shell) with the same messages and compare plans.
 //
 // Pure apart from the target it drives; thread-compatible.
-#ifndef DYNMO_COORDINATOR_SERVICE_JOB_REPLAY_H_
-#define DYNMO_COORDINATOR_SERVICE_JOB_REPLAY_H_
+#ifndef DYNMO_COORDINATOR_JOB_JOB_REPLAY_H_
+#define DYNMO_COORDINATOR_JOB_JOB_REPLAY_H_
 
 #include <cstdint>
 #include <memory>
@@ -34,8 +34,8 @@
 #include "coordinator/core/boundaries.h"
 #include "coordinator/core/pipeline_sim.h"
 #include "coordinator/core/trace.h"
-#include "coordinator/service/job_machine.h"
-#include "coordinator/service/session_sink.h"
+#include "coordinator/job/job_machine.h"
+#include "coordinator/job/session_sink.h"
 #include "dynmo/v1/agent.pb.h"
 
 namespace dynmo::service {
@@ -123,4 +123,4 @@ dynmo::v1::RegisterRequest ReplayRegistration(const core::Trace& trace,
 
 }  // namespace dynmo::service
 
-#endif  // DYNMO_COORDINATOR_SERVICE_JOB_REPLAY_H_
+#endif  // DYNMO_COORDINATOR_JOB_JOB_REPLAY_H_

@@ -4,10 +4,10 @@
 // as sent (trainer/elastic/plan_step.h reads it back). Epoch, apply iteration,
 // reason and timestamps are the plan protocol's, set by the caller.
 // Pure; thread-safe.
-#ifndef DYNMO_COORDINATOR_SERVICE_PLAN_CONVERT_H_
-#define DYNMO_COORDINATOR_SERVICE_PLAN_CONVERT_H_
+#ifndef DYNMO_COORDINATOR_JOB_PLAN_CONVERT_H_
+#define DYNMO_COORDINATOR_JOB_PLAN_CONVERT_H_
 
-#include "coordinator/service/decision.h"
+#include "coordinator/job/decision.h"
 #include "dynmo/v1/plan.pb.h"
 
 namespace dynmo::service {
@@ -17,4 +17,4 @@ void SetPlanLayout(const Decision& decision, dynmo::v1::Plan* plan);
 
 }  // namespace dynmo::service
 
-#endif  // DYNMO_COORDINATOR_SERVICE_PLAN_CONVERT_H_
+#endif  // DYNMO_COORDINATOR_JOB_PLAN_CONVERT_H_

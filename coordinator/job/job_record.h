@@ -2,17 +2,17 @@
 // JobSummary and JobStatus operators read, and the RegisterResponse a rank
 // gets, all made from the parts JobState composes. Pure; the caller holds
 // the job's lock while the parts are read.
-#ifndef DYNMO_COORDINATOR_SERVICE_JOB_RECORD_H_
-#define DYNMO_COORDINATOR_SERVICE_JOB_RECORD_H_
+#ifndef DYNMO_COORDINATOR_JOB_JOB_RECORD_H_
+#define DYNMO_COORDINATOR_JOB_JOB_RECORD_H_
 
 #include <cstdint>
 
 #include "absl/status/statusor.h"
 #include "coordinator/core/cost_model.h"
-#include "coordinator/service/job_layout.h"
-#include "coordinator/service/plan_protocol.h"
-#include "coordinator/service/rank_roster.h"
-#include "coordinator/service/rebalancer.h"
+#include "coordinator/job/job_layout.h"
+#include "coordinator/job/plan_protocol.h"
+#include "coordinator/job/rank_roster.h"
+#include "coordinator/job/rebalancer.h"
 #include "dynmo/v1/agent.pb.h"
 #include "dynmo/v1/operator.pb.h"
 #include "dynmo/v1/state.pb.h"
@@ -42,4 +42,4 @@ dynmo::v1::RegisterResponse MakeRegisterResponse(const JobParts& job, int rank);
 
 }  // namespace dynmo::service
 
-#endif  // DYNMO_COORDINATOR_SERVICE_JOB_RECORD_H_
+#endif  // DYNMO_COORDINATOR_JOB_JOB_RECORD_H_

@@ -8,8 +8,8 @@
 //
 // No I/O; the latency of each balancer run is kept for the caller's
 // metrics (TakeDecisionLatencies). Thread-compatible: the job's lock guards it.
-#ifndef DYNMO_COORDINATOR_SERVICE_REBALANCER_H_
-#define DYNMO_COORDINATOR_SERVICE_REBALANCER_H_
+#ifndef DYNMO_COORDINATOR_JOB_REBALANCER_H_
+#define DYNMO_COORDINATOR_JOB_REBALANCER_H_
 
 #include <cstdint>
 #include <optional>
@@ -21,9 +21,9 @@
 #include "coordinator/core/cost_model.h"
 #include "coordinator/core/cost_profile.h"
 #include "coordinator/core/measures.h"
-#include "coordinator/service/decision.h"
-#include "coordinator/service/job_layout.h"
-#include "coordinator/service/policy.h"
+#include "coordinator/job/decision.h"
+#include "coordinator/job/job_layout.h"
+#include "coordinator/job/policy.h"
 #include "dynmo/v1/state.pb.h"
 
 namespace dynmo::service {
@@ -118,4 +118,4 @@ class Rebalancer {
 
 }  // namespace dynmo::service
 
-#endif  // DYNMO_COORDINATOR_SERVICE_REBALANCER_H_
+#endif  // DYNMO_COORDINATOR_JOB_REBALANCER_H_

@@ -23,8 +23,8 @@
 // EvaluateTrigger and EvaluateAuto are pure functions; AutoGate holds the
 // hysteresis state of one job and is thread-compatible (the job's lock
 // guards it).
-#ifndef DYNMO_COORDINATOR_SERVICE_POLICY_H_
-#define DYNMO_COORDINATOR_SERVICE_POLICY_H_
+#ifndef DYNMO_COORDINATOR_JOB_POLICY_H_
+#define DYNMO_COORDINATOR_JOB_POLICY_H_
 
 #include <cstdint>
 #include <string>
@@ -141,4 +141,4 @@ class AutoGate {
 
 }  // namespace dynmo::service
 
-#endif  // DYNMO_COORDINATOR_SERVICE_POLICY_H_
+#endif  // DYNMO_COORDINATOR_JOB_POLICY_H_

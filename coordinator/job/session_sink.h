@@ -6,8 +6,8 @@
 // the session with a status (e.g. when a newer session of the same rank
 // replaces it). Implementations must be thread-safe; JobState never calls
 // them while holding its own lock.
-#ifndef DYNMO_COORDINATOR_SERVICE_SESSION_SINK_H_
-#define DYNMO_COORDINATOR_SERVICE_SESSION_SINK_H_
+#ifndef DYNMO_COORDINATOR_JOB_SESSION_SINK_H_
+#define DYNMO_COORDINATOR_JOB_SESSION_SINK_H_
 
 #include <memory>
 
@@ -40,4 +40,4 @@ class SessionSink {
 
 }  // namespace dynmo::service
 
-#endif  // DYNMO_COORDINATOR_SERVICE_SESSION_SINK_H_
+#endif  // DYNMO_COORDINATOR_JOB_SESSION_SINK_H_

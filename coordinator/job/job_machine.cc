@@ -1,10 +1,10 @@
-#include "coordinator/service/job_machine.h"
+#include "coordinator/job/job_machine.h"
 
 #include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "coordinator/service/proto_convert.h"
+#include "coordinator/job/proto_convert.h"
 
 namespace dynmo::service {
 namespace {
