@@ -7,7 +7,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "coordinator/core/measures.h"
 #include "coordinator/core/partition.h"
+#include "coordinator/core/stage_program.h"
 #include "coordinator/core/rebalance_trigger.h"
 #include "coordinator/core/reshape.h"
 #include "coordinator/core/stage_program.h"
@@ -136,6 +138,9 @@ class Replay {
   absl::Status Switch(int64_t iteration);
   absl::StatusOr<double> Cost(const std::vector<core::LayerCost>& layers,
                               const Grid& grid) const;
+  // Imbalance and bubble ratio of one replica's pipeline on `grid`.
+  absl::StatusOr<std::pair<double, double>> Shape(
+      const std::vector<core::LayerCost>& layers, const Grid& grid) const;
   ReplayedPlan* PlanOf(uint64_t epoch);
 
   const core::Trace& trace_;
@@ -269,6 +274,21 @@ absl::StatusOr<double> Replay::Cost(const std::vector<core::LayerCost>& layers,
   return c->iteration_s;
 }
 
+absl::StatusOr<std::pair<double, double>> Replay::Shape(
+    const std::vector<core::LayerCost>& layers, const Grid& grid) const {
+  core::PipelineModel model;
+  model.layers = layers;
+  model.stages.assign(grid.active_stages.size(), core::StageSpec{});
+  core::SimConfig sim;
+  sim.schedule = spec_.schedule;
+  sim.microbatches = std::max(1, spec_.global_microbatches / grid.dp);
+  sim.stages = core::StagePassTimesFor(model, grid.boundaries);
+  absl::StatusOr<core::SimResult> run = core::SimulatePipeline(sim);
+  if (!run.ok()) return run.status();
+  return std::make_pair(core::Imbalance(core::StageLoads(model, grid.boundaries)),
+                        run->bubble_ratio);
+}
+
 absl::StatusOr<JobReplayResult> Replay::Run() {
   const int num_layers = static_cast<int>(trace_.front().layers.size());
   const int n = config_.pp * config_.dp;
@@ -302,11 +322,22 @@ absl::StatusOr<JobReplayResult> Replay::Run() {
   for (const core::TraceRecord& record : trace_) {
     const int64_t iter = record.iter;
     if (absl::Status s = Switch(iter); !s.ok()) return s;
-    const std::vector<core::LayerCost> layers = core::LayerCostsOf(record);
+    std::vector<core::LayerCost> layers = core::LayerCostsOf(record);
+    if (config_.bytes_per_param > 0) {
+      for (core::LayerCost& l : layers) l.params = l.resident_bytes / config_.bytes_per_param;
+    }
     absl::StatusOr<double> fixed_s = Cost(layers, fixed);
     if (!fixed_s.ok()) return AtIter(iter, fixed_s.status());
     absl::StatusOr<double> moving_s = Cost(layers, grid_);
     if (!moving_s.ok()) return AtIter(iter, moving_s.status());
+    absl::StatusOr<std::pair<double, double>> fixed_shape = Shape(layers, fixed);
+    if (!fixed_shape.ok()) return AtIter(iter, fixed_shape.status());
+    absl::StatusOr<std::pair<double, double>> moving_shape = Shape(layers, grid_);
+    if (!moving_shape.ok()) return AtIter(iter, moving_shape.status());
+    result_.mean_imbalance_static += fixed_shape->first;
+    result_.mean_bubble_static += fixed_shape->second;
+    result_.mean_imbalance_dynamic += moving_shape->first;
+    result_.mean_bubble_dynamic += moving_shape->second;
     const int ranks_now = static_cast<int>(grid_.active_stages.size()) * grid_.dp;
     result_.static_total_s += *fixed_s;
     result_.dynamic_total_s += *moving_s;
@@ -343,6 +374,7 @@ absl::StatusOr<JobReplayResult> Replay::Run() {
         sample->set_bwd_s(t.bwd_s);
         sample->set_wgrad_s(t.wgrad_s);
         sample->set_resident_bytes(t.mem_bytes);
+        sample->set_params(layers[static_cast<size_t>(l)].params);
       }
       reports.push_back(std::move(report));
       from.push_back(static_cast<int>(r));
@@ -357,6 +389,11 @@ absl::StatusOr<JobReplayResult> Replay::Run() {
   }
   result_.speedup =
       result_.dynamic_total_s > 0 ? result_.static_total_s / result_.dynamic_total_s : 1;
+  const double n_records = static_cast<double>(std::max(1, result_.iterations));
+  result_.mean_imbalance_static /= n_records;
+  result_.mean_imbalance_dynamic /= n_records;
+  result_.mean_bubble_static /= n_records;
+  result_.mean_bubble_dynamic /= n_records;
   result_.final_boundaries = grid_.boundaries;
   result_.final_active_stages = grid_.active_stages;
   result_.final_pp = static_cast<int>(grid_.active_stages.size());
@@ -379,6 +416,10 @@ absl::Status ValidateJobReplayConfig(const JobReplayConfig& c) {
     return absl::InvalidArgumentError(absl::StrCat(
         "migration bandwidth must be finite and >= 0 (0 = free), got ",
         c.migration_bandwidth_bytes_per_s));
+  }
+  if (c.bytes_per_param < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bytes per parameter must be >= 0, got ", c.bytes_per_param));
   }
   if (!std::isfinite(c.change_threshold) || c.change_threshold < 0) {
     return absl::InvalidArgumentError(

@@ -49,6 +49,11 @@ struct JobReplayConfig {
   // Bytes per second an applied plan's moves (or a re-shape's copies) run
   // at; 0 = free.
   double migration_bandwidth_bytes_per_s = 0;
+  // Traces carry a layer's resident bytes, not its parameters: a layer has
+  // mem_bytes / bytes_per_param parameters for the gradient all-reduce
+  // (16: fp16 weights and grads, fp32 master weights, Adam's two moments,
+  // as the scenarios assume); 0 = no parameters (no all-reduce).
+  int64_t bytes_per_param = 16;
   // A rank flags "the model changed" (what on-event waits for) when its
   // layers' times moved by more than this since the previous record.
   double change_threshold = 0.05;
@@ -83,6 +88,12 @@ struct JobReplayResult {
   double static_gpu_s = 0;     // iteration time x ranks, summed
   double dynamic_gpu_s = 0;
   double migration_s = 0;
+  // Means over records of Imbalance(StageLoads) and the pipeline
+  // simulator's bubble ratio, for static's grid and the grid in force.
+  double mean_imbalance_static = 0;
+  double mean_imbalance_dynamic = 0;
+  double mean_bubble_static = 0;
+  double mean_bubble_dynamic = 0;
   std::vector<ReplayedPlan> plans;
   core::Boundaries final_boundaries;
   std::vector<int> final_active_stages;

@@ -7,13 +7,16 @@
 //             (--stages P --fwd F --bwd B --wgrad W | --stage-times F:B:W,...)
 //             [--comm C] [--svg FILE]
 //
-// A dynamic model's trace replayed static against dynamic (replay.h), from a
-// JSON Lines file (formats/trace_json.h) or a generated scenario (scenario.h):
+// A dynamic model's trace replayed static against dynamic through the
+// coordinator's own job machine (coordinator/job/job_replay.h), from a JSON
+// Lines file (formats/trace_json.h) or a generated scenario (scenario.h):
 //
 //   dynmo-sim (--trace FILE | --scenario NAME) --stages P
 //             [--schedule S] [--microbatches M] [--balancer METHOD]
-//             [--trigger every:N|on-change[:T]] [--bandwidth BYTES_PER_S]
-//             [--capacity BYTES] [--iterations K] [--seed S] [--layers L]
+//             [--trigger auto|every:N|on-event|manual|on-change[:T]]
+//             [--dp D] [--elastic none|release|reshape] [--repack-tolerance T]
+//             [--bandwidth BYTES_PER_S] [--capacity BYTES] [--oracle]
+//             [--iterations K] [--seed S] [--units blocks|halves] [--layers L]
 //             [--write-trace FILE]
 //
 // Every usage or input error prints one line on stderr and exits with 2; a
@@ -23,6 +26,7 @@
 #include <fstream>
 #include <iostream>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -50,11 +54,24 @@ constexpr char kUsage[] =
     "                 [--comm C] [--svg FILE]\n"
     "       dynmo-sim (--trace FILE | --scenario NAME) --stages P\n"
     "                 [--schedule S] [--microbatches M] [--balancer METHOD]\n"
-    "                 [--trigger every:N|on-change[:T]]"
-    " [--bandwidth BYTES_PER_S]\n"
-    "                 [--capacity BYTES] [--iterations K] [--seed S]"
-    " [--layers L]\n"
-    "                 [--write-trace FILE]\n"
+    "                 [--trigger auto|every:N|on-event|manual|on-change[:T]]\n"
+    "                 [--dp D] [--elastic none|release|reshape]"
+    " [--repack-tolerance T]\n"
+    "                 [--bandwidth BYTES_PER_S] [--capacity BYTES] [--oracle]\n"
+    "                 [--iterations K] [--seed S] [--units blocks|halves]\n"
+    "                 [--layers L] [--write-trace FILE]\n"
+    "\n"
+    "A replay decides with the coordinator's own job machine (the daemon's\n"
+    "smoothed costs, noise tracker, trigger, payback gate, cool-down, plan\n"
+    "lead, re-packing and re-shaping): --trigger defaults to auto, the\n"
+    "coordinator's default. --dp replicas per stage; --elastic release packs\n"
+    "layers onto fewer stages and hands the rest back (GPU-hours fall),\n"
+    "reshape re-groups the same ranks into pp' x dp'; --repack-tolerance the\n"
+    "bottleneck loss a re-pack may cost (default 0.02). --oracle adds each\n"
+    "iteration on its own optimum, moved for free: re-partitioning's ceiling.\n"
+    "on-change[:T] runs the trace-only replay instead (not the daemon's rule).\n"
+    "--layers L repeats or scales a recorded trace to L layers; a scenario's\n"
+    "--units halves makes each block's attention and MLP two pipeline units.\n"
     "scenarios: pruning freezing sparse-attention early-exit moe mod\n";
 
 bool WriteFile(const std::string& path, const std::string& text) {
@@ -95,7 +112,11 @@ int RunReplay(const CliArgs& args) {
 int main(int argc, char** argv) {
   if (dynmo::cli::HandleHelpOrVersion(argc, argv, "dynmo-sim", kUsage)) return 0;
   absl::StatusOr<CliArgs> args =
-      CliArgs::Parse(argc, argv, dynmo::tools::SimValueFlags(), {"help"});
+      CliArgs::Parse(argc, argv, dynmo::tools::SimValueFlags(), [] {
+        std::set<std::string> bools = dynmo::tools::SimBoolFlags();
+        bools.insert("help");
+        return bools;
+      }());
   if (!args.ok()) return FailUsage(kTool, args.status().message());
   if (args->Has("help")) {
     std::cout << kUsage;

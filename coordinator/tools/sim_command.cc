@@ -13,11 +13,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "coordinator/core/partition.h"
+#include "coordinator/core/reshape.h"
+#include "coordinator/core/stage_program.h"
 #include "coordinator/core/rebalance_trigger.h"
 #include "coordinator/core/scenario.h"
 #include "coordinator/core/trace_depth.h"
 #include "coordinator/formats/sim_json.h"
 #include "coordinator/formats/trace_json.h"
+#include "coordinator/job/job_replay.h"
+#include "coordinator/job/policy.h"
 
 namespace dynmo::tools {
 namespace {
@@ -29,9 +33,12 @@ namespace formats = dynmo::formats;
 const std::vector<std::string> kSimulationOnly = {
     "fwd", "bwd", "wgrad", "stage-times", "comm", "svg"};
 const std::vector<std::string> kReplayOnly = {
-    "balancer",   "trigger", "bandwidth", "capacity",
-    "iterations", "seed",    "layers",    "write-trace"};
-const std::vector<std::string> kScenarioOnly = {"iterations", "seed"};
+    "balancer", "trigger", "bandwidth", "capacity",         "iterations", "seed",
+    "layers",   "write-trace", "dp",    "elastic", "repack-tolerance", "oracle", "units"};
+// Flags the coordinator's engine reads and the trace-only on-change replay
+// does not.
+const std::vector<std::string> kCoordinatorOnly = {"dp", "elastic", "repack-tolerance"};
+const std::vector<std::string> kScenarioOnly = {"iterations", "seed", "units"};
 
 absl::Status Usage(absl::string_view message) {
   return absl::InvalidArgumentError(message);
@@ -143,6 +150,13 @@ absl::StatusOr<core::Trace> LoadTrace(const CliArgs& args,
           "--seed wants an unsigned 64-bit integer, got '", *seed, "'"));
     }
   }
+  if (std::optional<std::string> units = args.Get("units")) {
+    if (*units != "blocks" && *units != "halves") {
+      return Usage(absl::StrCat("--units wants blocks or halves, got '", *units, "'"));
+    }
+    // Halves: each block's attention and MLP become two pipeline units.
+    scenario.split_blocks = *units == "halves";
+  }
   *source = absl::StrCat("scenario:", core::ScenarioName(scenario.scenario));
   return core::GenerateScenario(scenario);
 }
@@ -229,11 +243,13 @@ absl::StatusOr<core::ReplayConfig> ReplayConfigFrom(const CliArgs& args) {
     if (!parsed.ok()) return parsed.status();
     config.balancer = *parsed;
   }
+  // The coordinator's default trigger unless told otherwise.
+  config.trigger = core::RebalanceTrigger{core::RebalanceTrigger::Kind::kAuto};
   if (std::optional<std::string> trigger = args.Get("trigger")) {
     absl::StatusOr<core::RebalanceTrigger> parsed =
         core::ParseTrigger(*trigger);
     if (!parsed.ok()) return parsed.status();
-    if (absl::Status s = core::ValidateReplayTrigger(*parsed); !s.ok()) return s;
+    if (absl::Status s = core::ValidateTrigger(*parsed); !s.ok()) return s;
     config.trigger = *parsed;
   }
   absl::StatusOr<std::optional<double>> bandwidth =
@@ -254,6 +270,152 @@ absl::StatusOr<core::ReplayConfig> ReplayConfigFrom(const CliArgs& args) {
   return config;
 }
 
+
+// What the coordinator's engine reads beyond the replay's common flags.
+struct CoordinatorFlags {
+  int dp = 1;
+  std::string elastic = "none";  // none | release | reshape
+  double repack_tolerance = 0.02;
+  bool oracle = false;
+};
+
+absl::StatusOr<CoordinatorFlags> CoordinatorFlagsFrom(const CliArgs& args) {
+  CoordinatorFlags f;
+  absl::StatusOr<std::optional<int>> dp = Positive(args, "dp");
+  if (!dp.ok()) return dp.status();
+  f.dp = dp->value_or(1);
+  if (std::optional<std::string> e = args.Get("elastic")) {
+    if (*e != "none" && *e != "release" && *e != "reshape") {
+      return Usage(absl::StrCat("--elastic wants none, release or reshape, got '", *e, "'"));
+    }
+    f.elastic = *e;
+  }
+  absl::StatusOr<std::optional<double>> tol = NonNegative(args, "repack-tolerance");
+  if (!tol.ok()) return tol.status();
+  if (*tol && f.elastic == "none") {
+    return Usage("--repack-tolerance needs --elastic release or reshape");
+  }
+  f.repack_tolerance = tol->value_or(f.repack_tolerance);
+  f.oracle = args.Has("oracle");
+  return f;
+}
+
+// The coordinator's defaults (service::JobOptions) with the flags' policy.
+service::JobReplayConfig JobReplayConfigOf(const core::ReplayConfig& c,
+                                           const CoordinatorFlags& f) {
+  service::JobReplayConfig job;
+  job.pp = c.stages;
+  job.dp = f.dp;
+  job.microbatches = c.microbatches;
+  job.schedule = core::ScheduleName(c.schedule);
+  job.stage_capacity_bytes = c.stage_capacity_bytes;
+  job.migration_bandwidth_bytes_per_s = c.migration_bandwidth_bytes_per_s;
+  service::Policy& policy = job.options.default_policy;
+  policy.balancer = c.balancer;
+  policy.trigger = c.trigger;
+  policy.repack = f.elastic != "none";
+  policy.repack_tolerance = f.repack_tolerance;
+  policy.elastic = f.elastic == "reshape" ? service::Elastic::kReshape
+                                          : service::Elastic::kRelease;
+  // The auto gate prices a migration at the link the replay charges it at.
+  if (c.migration_bandwidth_bytes_per_s > 0) {
+    job.options.auto_options.bandwidth_bytes_per_s = c.migration_bandwidth_bytes_per_s;
+  }
+  return job;
+}
+
+nlohmann::ordered_json JobReplayToJson(const service::JobReplayResult& r,
+                                       const service::JobReplayConfig& c,
+                                       const CoordinatorFlags& f) {
+  nlohmann::ordered_json j;
+  const service::Policy& policy = c.options.default_policy;
+  j["stages"] = c.pp;
+  j["dp"] = c.dp;
+  j["schedule"] = c.schedule;
+  j["microbatches"] = c.microbatches;
+  j["balancer"] = core::PartitionMethodName(policy.balancer);
+  j["trigger"] = core::TriggerName(policy.trigger);
+  j["elastic"] = f.elastic;
+  if (f.elastic != "none") j["repack_tolerance"] = f.repack_tolerance;
+  j["plan_lead_iterations"] = c.options.plan_lead_iterations;
+  j["migration_bandwidth"] = c.migration_bandwidth_bytes_per_s;
+  j["iterations"] = r.iterations;
+  j["static_total_s"] = r.static_total_s;
+  j["dynamic_total_s"] = r.dynamic_total_s;
+  j["speedup"] = r.speedup;
+  j["gpu_hours"] = {{"static", r.static_gpu_s / 3600}, {"dynamic", r.dynamic_gpu_s / 3600}};
+  int applied = 0;
+  int64_t moved = 0;
+  std::vector<int64_t> applied_at;
+  nlohmann::ordered_json plans = nlohmann::ordered_json::array();
+  for (const service::ReplayedPlan& p : r.plans) {
+    if (p.outcome == "applied") {
+      ++applied;
+      moved += p.migration_bytes;
+      applied_at.push_back(p.apply_iteration);
+    }
+    plans.push_back({{"epoch", p.epoch},
+                     {"decided_iteration", p.decided_iteration},
+                     {"apply_iteration", p.apply_iteration},
+                     {"reason", p.reason},
+                     {"outcome", p.outcome},
+                     {"grid", absl::StrCat(p.pp, "x", p.dp)},
+                     {"stages", p.active_stages},
+                     {"boundaries", p.boundaries},
+                     {"migration_bytes", p.migration_bytes}});
+  }
+  j["decisions"] = r.plans.size();  // plans issued
+  j["rebalances"] = applied;         // plans applied
+  j["moved_bytes"] = moved;
+  j["migration_s"] = r.migration_s;
+  j["mean_imbalance"] = {{"static", r.mean_imbalance_static},
+                         {"dynamic", r.mean_imbalance_dynamic}};
+  j["mean_bubble_ratio"] = {{"static", r.mean_bubble_static},
+                            {"dynamic", r.mean_bubble_dynamic}};
+  j["static_boundaries"] = core::PartitionUniform(
+      static_cast<int>(r.final_boundaries.empty() ? 0 : r.final_boundaries.back()), c.pp);
+  j["final_boundaries"] = r.final_boundaries;
+  j["final_grid"] = absl::StrCat(r.final_pp, "x", r.final_dp);
+  j["final_stages"] = r.final_active_stages;
+  j["rebalance_iters"] = applied_at;
+  j["plans"] = plans;
+  return j;
+}
+
+// Each record on its own exact optimum over pp stages (x dp replicas),
+// known in advance and moved for free: the ceiling of re-partitioning.
+// Re-packing and re-shaping change the grid and are not bounded by it.
+absl::StatusOr<nlohmann::ordered_json> OracleJson(const core::Trace& trace,
+                                                  const core::ReplayConfig& c, int dp,
+                                                  double static_total_s) {
+  core::ShapeSpec spec;
+  spec.global_microbatches = c.microbatches * dp;
+  spec.schedule = c.schedule;
+  spec.data_parallel = service::AutoOptions{}.data_parallel;
+  double total = 0;
+  for (const core::TraceRecord& record : trace) {
+    core::PipelineModel model;
+    model.layers = core::LayerCostsOf(record);
+    const int64_t bytes_per_param = service::JobReplayConfig{}.bytes_per_param;
+    for (core::LayerCost& l : model.layers) l.params = l.resident_bytes / bytes_per_param;
+    core::StageSpec stage;
+    stage.capacity_bytes = c.stage_capacity_bytes;
+    model.stages.assign(static_cast<size_t>(c.stages), stage);
+    core::PartitionOptions po;
+    po.method = core::PartitionMethod::kOptimal;
+    absl::StatusOr<core::PartitionResult> best = core::Partition(model, po);
+    if (!best.ok()) return best.status();
+    absl::StatusOr<core::ShapeCost> cost =
+        core::CostOfGrid(model.layers, spec, core::Grid{c.stages, dp, best->boundaries});
+    if (!cost.ok()) return cost.status();
+    total += cost->iteration_s;
+  }
+  nlohmann::ordered_json j;
+  j["what"] = "re-partition ceiling: each iteration on its own optimum, moved for free";
+  j["total_s"] = total;
+  j["speedup"] = total > 0 ? static_total_s / total : 1.0;
+  return j;
+}
 }  // namespace
 
 const std::set<std::string>& SimValueFlags() {
@@ -261,7 +423,13 @@ const std::set<std::string>& SimValueFlags() {
       "schedule",  "microbatches", "stages",  "fwd",        "bwd",
       "wgrad",     "stage-times",  "comm",    "svg",        "trace",
       "scenario",  "balancer",     "trigger", "iterations", "seed",
-      "bandwidth", "capacity",     "layers",  "write-trace"};
+      "bandwidth", "capacity",     "layers",  "write-trace", "dp",
+      "elastic",   "repack-tolerance", "units"};
+  return *flags;
+}
+
+const std::set<std::string>& SimBoolFlags() {
+  static const auto* flags = new std::set<std::string>{"oracle"};
   return *flags;
 }
 
@@ -288,20 +456,45 @@ absl::StatusOr<ReplayRun> ReplayCommand(const CliArgs& args) {
   ReplayRun run;
   absl::StatusOr<core::ReplayConfig> config = ReplayConfigFrom(args);
   if (!config.ok()) return config.status();
-  run.config = *std::move(config);
+  const bool on_change = config->trigger.kind == core::RebalanceTrigger::Kind::kOnChange;
+  if (on_change) {
+    if (absl::Status s = RejectFlags(args, kCoordinatorOnly,
+                                     "needs one of the coordinator's triggers (every:N, "
+                                     "on-event, auto, manual), not on-change");
+        !s.ok()) {
+      return s;
+    }
+  }
+  absl::StatusOr<CoordinatorFlags> coordinator = CoordinatorFlagsFrom(args);
+  if (!coordinator.ok()) return coordinator.status();
   std::string source;
   absl::StatusOr<core::Trace> trace = LoadTrace(args, &source);
   if (!trace.ok()) return Usage(trace.status().message());
   run.trace = *std::move(trace);
-  absl::StatusOr<core::ReplayResult> result =
-      core::ReplayTrace(run.trace, run.config);
-  if (!result.ok()) return Usage(result.status().message());
-  run.result = *std::move(result);
   run.json["source"] = source;
   run.json["layers"] = run.trace.front().layers.size();
-  const nlohmann::ordered_json replay =
-      formats::ReplayResultToJson(run.result, run.config);
-  for (const auto& [key, value] : replay.items()) run.json[key] = value;
+  if (on_change) {
+    // The trace-only replay (core/replay.h): not the daemon's rules.
+    absl::StatusOr<core::ReplayResult> result = core::ReplayTrace(run.trace, *config);
+    if (!result.ok()) return Usage(result.status().message());
+    run.json["engine"] = "trace";
+    const nlohmann::ordered_json replay = formats::ReplayResultToJson(*result, *config);
+    for (const auto& [key, value] : replay.items()) run.json[key] = value;
+  } else {
+    const service::JobReplayConfig job = JobReplayConfigOf(*config, *coordinator);
+    absl::StatusOr<service::JobReplayResult> result = service::ReplayJob(run.trace, job);
+    if (!result.ok()) return Usage(result.status().message());
+    run.json["engine"] = "coordinator";
+    const nlohmann::ordered_json replay = JobReplayToJson(*result, job, *coordinator);
+    for (const auto& [key, value] : replay.items()) run.json[key] = value;
+  }
+  if (coordinator->oracle) {
+    absl::StatusOr<nlohmann::ordered_json> oracle =
+        OracleJson(run.trace, *config, coordinator->dp,
+                   run.json["static_total_s"].get<double>());
+    if (!oracle.ok()) return Usage(oracle.status().message());
+    run.json["oracle"] = *oracle;
+  }
   return run;
 }
 

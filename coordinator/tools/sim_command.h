@@ -7,6 +7,7 @@
 //
 //   one iteration:  SimulateCommand(args)   (--schedule, --microbatches, ...)
 //   a replay:       ReplayCommand(args)     (--trace FILE | --scenario NAME)
+//                   through the coordinator's own job machine
 //
 // Reads the --trace file, writes nothing; thread-compatible.
 #ifndef DYNMO_COORDINATOR_TOOLS_SIM_COMMAND_H_
@@ -24,8 +25,9 @@
 
 namespace dynmo::tools {
 
-// Every flag of dynmo-sim that takes a value.
+// Every flag of dynmo-sim that takes a value, and the switches.
 const std::set<std::string>& SimValueFlags();
+const std::set<std::string>& SimBoolFlags();
 
 // True when the flags ask for a replay (--trace or --scenario).
 bool IsReplay(const CliArgs& args);
@@ -42,12 +44,16 @@ absl::StatusOr<SimRun> SimulateCommand(const CliArgs& args);
 
 struct ReplayRun {
   core::Trace trace;             // as replayed (after --layers)
-  core::ReplayConfig config;
-  core::ReplayResult result;
-  nlohmann::ordered_json json;   // {"source":..,"layers":..,<ReplayResultToJson>}
+  nlohmann::ordered_json json;   // {"source":..,"layers":..,"engine":..,...}
 };
 
 // A trace replayed static against dynamic from the flags of the second mode.
+// The coordinator's triggers (every:N, on-event, auto — the default —,
+// manual) replay through the coordinator's own job machine
+// (coordinator/job/job_replay.h) with --dp replicas and --elastic
+// none|release|reshape; on-change[:T] runs the trace-only replay
+// (core/replay.h), which is not the daemon's rule. --oracle adds the
+// re-partition ceiling.
 absl::StatusOr<ReplayRun> ReplayCommand(const CliArgs& args);
 
 }  // namespace dynmo::tools

@@ -160,20 +160,33 @@ def replay(*, stages: int, trace: Union[None, str, os.PathLike,
            microbatches: Optional[int] = None, balancer: Optional[str] = None,
            trigger: Optional[str] = None, bandwidth: Optional[float] = None,
            capacity: Optional[int] = None, iterations: Optional[int] = None,
-           seed: Optional[int] = None, layers: Optional[int] = None) -> Dict[str, Any]:
+           seed: Optional[int] = None, layers: Optional[int] = None,
+           dp: Optional[int] = None, elastic: Optional[str] = None,
+           repack_tolerance: Optional[float] = None, oracle: bool = False,
+           units: Optional[str] = None) -> Dict[str, Any]:
     """Replays a trace static against dynamic, like ``dynmo-sim --trace``.
 
     ``trace`` is a JSON Lines file's path or the records themselves
     ({"iter": k, "layers": [{"fwd":..,"bwd":..,"wgrad":..,"mem_bytes":..}]});
     or give ``scenario`` ("pruning", "freezing", "sparse-attention",
-    "early-exit", "moe", "mod"). Returns the summary dynmo-sim prints.
+    "early-exit", "moe", "mod"; ``units="halves"`` splits each block into
+    its attention and MLP halves). The coordinator's triggers ("auto", the
+    default, "every:N", "on-event", "manual") replay through the
+    coordinator's own job machine, with ``dp`` replicas per stage and
+    ``elastic`` "none", "release" (re-pack onto fewer stages, GPUs handed
+    back) or "reshape" (re-group into pp' x dp'); "on-change[:T]" runs the
+    trace-only replay. ``oracle=True`` adds the re-partition ceiling.
+    ``layers`` repeats or scales a recorded trace to that depth. Returns the
+    summary dynmo-sim prints (speedup, gpu_hours, plans, final_grid, ...).
     """
     flags = (_flag("stages", stages) + _flag("scenario", scenario)
              + _flag("schedule", schedule) + _flag("microbatches", microbatches)
              + _flag("balancer", balancer) + _flag("trigger", trigger)
              + _flag("bandwidth", bandwidth) + _flag("capacity", capacity)
              + _flag("iterations", iterations) + _flag("seed", seed)
-             + _flag("layers", layers))
+             + _flag("layers", layers) + _flag("dp", dp) + _flag("elastic", elastic)
+             + _flag("repack-tolerance", repack_tolerance) + _flag("oracle", oracle)
+             + _flag("units", units))
     if trace is None or isinstance(trace, (str, os.PathLike)):
         return json.loads(_core.replay_json(flags + _flag("trace", trace and os.fspath(trace))))
     with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:

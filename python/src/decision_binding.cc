@@ -82,7 +82,7 @@ absl::StatusOr<std::pair<std::string, std::optional<std::string>>> SimulateJson(
 
 absl::StatusOr<std::string> ReplayJson(const std::vector<std::string>& flags) {
   absl::StatusOr<CliArgs> args =
-      ParseFlags("dynmo-sim", flags, tools::SimValueFlags(), {});
+      ParseFlags("dynmo-sim", flags, tools::SimValueFlags(), tools::SimBoolFlags());
   if (!args.ok()) return args.status();
   if (absl::Status s = RejectFileFlags(*args); !s.ok()) return s;
   absl::StatusOr<tools::ReplayRun> run = tools::ReplayCommand(*args);

@@ -255,4 +255,64 @@ TEST_F(DynmoSimCliTest, ReplayUsageAndInputErrorsExitTwo) {
                    "--iterations must be >= 1");
 }
 
+// The replay decides with the coordinator's own job machine, under the
+// coordinator's default trigger (auto), and is never slower than static with
+// defaults: the six cases at 48 layers on 24 stages, in whole blocks and in
+// halves (issue 24), and never beyond the re-partition ceiling (--oracle).
+TEST_F(DynmoSimCliTest, DefaultsAreTheCoordinatorsAndNeverSlowerThanStatic) {
+  for (const char* units : {"blocks", "halves"}) {
+    for (const char* scenario : {"pruning", "freezing", "sparse-attention", "early-exit",
+                                 "moe", "mod"}) {
+      SCOPED_TRACE(std::string(scenario) + " " + units);
+      Json j = SimJson(std::string("--scenario ") + scenario +
+                       " --stages 24 --layers 48 --bandwidth 25e9 --oracle --units " + units);
+      ASSERT_TRUE(j.is_object());
+      EXPECT_EQ(j["engine"], "coordinator");
+      EXPECT_EQ(j["trigger"], "auto");
+      EXPECT_EQ(j["elastic"], "none");
+      EXPECT_GE(j["speedup"].get<double>(), 1.0);
+      EXPECT_LE(j["speedup"].get<double>(), j["oracle"]["speedup"].get<double>() + 1e-9);
+      for (const Json& plan : j["plans"]) {
+        EXPECT_EQ(plan["apply_iteration"].get<int>(),
+                  plan["decided_iteration"].get<int>() + j["plan_lead_iterations"].get<int>());
+      }
+    }
+  }
+}
+
+TEST_F(DynmoSimCliTest, ElasticModesCountGpuHours) {
+  Json release = SimJson(
+      "--scenario freezing --stages 8 --layers 16 --dp 2 --elastic release "
+      "--repack-tolerance 0.05 --bandwidth 25e9");
+  ASSERT_TRUE(release.is_object());
+  EXPECT_EQ(release["dp"], 2);
+  EXPECT_LT(release["gpu_hours"]["dynamic"].get<double>(),
+            release["gpu_hours"]["static"].get<double>());
+  EXPECT_NE(release["final_grid"], "8x2") << "stages were released";
+  bool repacked = false;
+  for (const Json& plan : release["plans"]) {
+    repacked = repacked || plan["reason"].get<std::string>().find("repack") != std::string::npos;
+  }
+  EXPECT_TRUE(repacked);
+  Json reshape = SimJson(
+      "--scenario pruning --stages 8 --layers 16 --dp 2 --elastic reshape --bandwidth 25e9");
+  ASSERT_TRUE(reshape.is_object());
+  EXPECT_EQ(reshape["elastic"], "reshape");
+  EXPECT_TRUE(reshape.contains("final_grid"));
+}
+
+TEST_F(DynmoSimCliTest, OnChangeIsTheTraceOnlyReplay) {
+  Json j = SimJson("--scenario moe --stages 4 --layers 16 --iterations 30 --trigger on-change");
+  ASSERT_TRUE(j.is_object());
+  EXPECT_EQ(j["engine"], "trace");
+  ExpectUsageError("--scenario moe --stages 4 --trigger on-change --dp 2",
+                   "coordinator's triggers");
+  ExpectUsageError("--scenario moe --stages 4 --elastic sideways", "--elastic wants");
+  ExpectUsageError("--scenario moe --stages 4 --repack-tolerance 0.1",
+                   "--repack-tolerance needs --elastic");
+  ExpectUsageError("--scenario moe --stages 4 --units thirds", "--units wants");
+  ExpectUsageError("--scenario moe --stages 4 --dp 0", "--dp must be >= 1");
+  ExpectUsageError("--scenario moe --stages 4 --oracle=yes", "oracle");
+}
+
 }  // namespace
