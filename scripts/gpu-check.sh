@@ -19,16 +19,24 @@
 # A failing step is recorded as FAIL and the rest still runs; the exit
 # status is non-zero when any step failed.
 #
-#   bash scripts/gpu-check.sh [--configure-only | --build-only | --runs-only]
+# On the lent GPU machine (at most 600 s per command) it runs as TWO calls
+# on the same warm machine, each finishing within 590 s (a step that would
+# overrun is cut to the time left, or skipped and reported as such):
+#   bash scripts/gpu-check.sh build    # 1-2: unpack, configure, build
+#   bash scripts/gpu-check.sh test     # 3-5: tests, training runs, figures
+# (the test call reuses build-gpu/ and the prefix the build call left).
+#
+#   bash scripts/gpu-check.sh [build | test | --configure-only | --runs-only]
 #       [--skip-full-ctest] [--build-dir=DIR] [--torch-dir=DIR] [--kit=DIR]
 #       [-- EXTRA CMAKE ARGS]
 #
+# With no mode it runs everything in one call (no time limit of its own).
 # --configure-only stops after CMake's configure step and the check that
-# CMake took every package from the private prefix (it runs on any machine);
-# --build-only stops after the build (a later call on the same warm machine
-# runs the rest); --runs-only does only the training runs and the benchmark
-# with the binaries already in the build folder. --torch-dir gives Torch_DIR
-# instead of asking python3.
+# CMake took every package from the private prefix, with the system's
+# packages under /usr hidden from CMake (it runs on any machine: the ctest
+# tools.GpuKitConfigures); --build-only is `build`; --runs-only does only
+# the training runs and the benchmark with the binaries already in the
+# build folder. --torch-dir gives Torch_DIR instead of asking python3.
 # DYNMO_GPU_NCCL=0 leaves NCCL out (default: use the nvidia-nccl wheel's).
 # Functions run through step, which shellcheck does not follow:
 # shellcheck disable=SC2317,SC1091
@@ -48,7 +56,8 @@ while (($#)); do
   case $arg in
     --) extra=("$@"); break ;;
     --configure-only) mode=configure ;;
-    --build-only) mode=build ;;
+    build | --build-only) mode=build ;;
+    test) mode="test" ;;
     --runs-only) mode=runs ;;
     --skip-full-ctest) full_ctest=0 ;;
     --build-dir=*) build=${arg#*=} ;;
@@ -82,6 +91,10 @@ section() {
 
 results=()
 failures=0
+# The two-call modes end within 590 s of the start: each step's timeout is
+# cut to what is left.
+deadline=
+case $mode in build | "test") deadline=$((SECONDS + 590)) ;; esac
 # T=SECONDS TAIL=LINES step NAME CMD...: runs CMD (a program under a timeout,
 # or a function of this script) with its output in $logs/NAME.log, records
 # PASS or FAIL, and copies the log's last TAIL lines (80 on failure) into
@@ -89,12 +102,21 @@ failures=0
 step() {
   local name=$1; shift
   local log=$logs/$name.log t0=$SECONDS rc status
+  local T=${T:-300}
+  if [ -n "$deadline" ]; then
+    local left=$((deadline - SECONDS))
+    if ((left < 15)); then
+      skip "$name" "no time left in this call's 590 s"
+      return 0
+    fi
+    ((T > left)) && T=$left
+  fi
   say ""
   say "=== $name: $*"
   if declare -F "$1" >/dev/null; then
     "$@" >"$log" 2>&1
   else
-    timeout -k 10 "${T:-300}" "$@" >"$log" 2>&1
+    timeout -k 10 "$T" "$@" >"$log" 2>&1
   fi
   rc=$?
   status=PASS
@@ -105,7 +127,7 @@ step() {
   tail -n "$([ "$status" = PASS ] && echo "${TAIL:-25}" || echo 80)" "$log" |
     sed 's/^/    /' >>"$report"
   local note=
-  ((rc == 124 || rc == 137)) && note=", timed out after ${T:-300}s"
+  ((rc == 124 || rc == 137)) && note=", timed out after ${T}s"
   say "--- $name: $status (exit $rc$note, $((SECONDS - t0))s; full log $log)"
   results+=("$(printf '%-4s  %-22s %5ss' "$status" "$name" "$((SECONDS - t0))")")
   return "$rc"
@@ -204,7 +226,11 @@ unpack() {
     echo "the machine's $so ($sys) serves instead of the kit's"
   done
 }
-T=300 TAIL=20 step unpack unpack || finish
+if [[ $mode == test || $mode == runs ]] && [ -d "$prefix/usr" ]; then
+  skip unpack "the prefix the build call unpacked: $prefix"
+else
+  T=300 TAIL=20 step unpack unpack || finish
+fi
 
 export PATH="$prefix/usr/bin:$PATH"
 export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -239,11 +265,27 @@ cmake_args=(-S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 [ -n "$torch_dir" ] && cmake_args+=("-DTorch_DIR=$torch_dir")
 # Every package with a CMake config, named outright: nothing from /usr.
 for pkg in absl:absl gRPC:grpc prometheus-cpp:prometheus-cpp GTest:GTest \
-  benchmark:benchmark civetweb:civetweb; do
+  benchmark:benchmark civetweb:civetweb spdlog:spdlog fmt:fmt; do
   [ -d "$lib/cmake/${pkg#*:}" ] && cmake_args+=("-D${pkg%%:*}_DIR=$lib/cmake/${pkg#*:}")
 done
 [ -d "$prefix/usr/share/cmake/nlohmann_json" ] &&
   cmake_args+=("-Dnlohmann_json_DIR=$prefix/usr/share/cmake/nlohmann_json")
+# --configure-only proves the kit is whole: the system's packages are hidden
+# (every CMake package config under /usr from find_package, and pkg-config's
+# own search path), so a package missing from the kit fails the configure
+# or the cache check (every package's path inside the prefix) fails: with
+# libspdlog-dev taken out of the kit, CMake 3.25 still found /usr's spdlog
+# config and the cache check failed the run (the ctest
+# tools.GpuKitConfigures). The C library's headers stay: the toolchain's.
+if [ "$mode" = configure ]; then
+  hidden=()
+  for d in /usr/lib/x86_64-linux-gnu/cmake/* /usr/lib/cmake/* /usr/share/cmake/* \
+    /usr/lib/x86_64-linux-gnu/cmake/*/* /usr/lib/cmake/*/*; do
+    [ -d "$d" ] && hidden+=("$d")
+  done
+  cmake_args+=("-DCMAKE_IGNORE_PATH=$(IFS=';'; echo "${hidden[*]}")")
+  export PKG_CONFIG_LIBDIR=$PKG_CONFIG_PATH
+fi
 cmake_args+=("${extra[@]}")
 # NCCL's header from the nvidia-nccl wheel torch runs on, when the CUDA
 # toolkit has none (trainer/CMakeLists.txt looks for nccl.h; libtorch_cuda
@@ -266,7 +308,7 @@ configure() {
 check_cache() {
   local cache=$build/CMakeCache.txt bad=0 key val where
   for key in absl_DIR gRPC_DIR prometheus-cpp_DIR GTest_DIR benchmark_DIR \
-    nlohmann_json_DIR civetweb_DIR Protobuf_INCLUDE_DIR Protobuf_LIBRARY_RELEASE \
+    nlohmann_json_DIR civetweb_DIR spdlog_DIR fmt_DIR Protobuf_INCLUDE_DIR Protobuf_LIBRARY_RELEASE \
     Protobuf_PROTOC_EXECUTABLE Protobuf_PROTOC_LIBRARY_RELEASE \
     c-ares_INCLUDE_DIR c-ares_LIBRARY RE2_PREFIX pkgcfg_lib_RE2_re2 \
     OPENSSL_INCLUDE_DIR ZLIB_INCLUDE_DIR CURL_INCLUDE_DIR; do
@@ -287,20 +329,26 @@ check_cache() {
   grep -E 'kernels: |dynmo-train: ' "$logs/configure.log"
   return "$bad"
 }
-if [ "$mode" = runs ]; then
-  skip configure "--runs-only: the binaries already in $bin"
+if [[ $mode == runs || $mode == test ]]; then
+  skip configure "$mode: the binaries already in $bin"
 else
   T=600 TAIL=30 step configure configure || finish
   T=60 TAIL=40 step cmake-cache check_cache
   [ "$mode" = configure ] && finish
   T=3600 TAIL=15 step build cmake --build "$build" -j "$(nproc)"
   [ "$mode" = build ] && finish
+fi
+if [ "$mode" != runs ]; then
 
   # --- 3. tests --------------------------------------------------------------
   T=600 TAIL=40 step ctest-cuda ctest --test-dir "$build" -R 'cuda|Cuda|CUDA|gpu|Gpu' \
     --output-on-failure --no-tests=error
   if ((full_ctest)); then
-    T=1800 TAIL=40 step ctest-all ctest --test-dir "$build" -j 8 --output-on-failure
+    # Leaves the training runs and figures ~150 s of a two-call test.
+    all_t=1800
+    [ -n "$deadline" ] && all_t=$((deadline - SECONDS - 150))
+    T=$all_t TAIL=40 step ctest-all ctest --test-dir "$build" -j "$(nproc)" \
+      --output-on-failure
   else
     skip ctest-all "--skip-full-ctest"
   fi

@@ -6,7 +6,8 @@
 # PyTorch (LibTorch), CUDA's nvcc, CMake and g++ of its own.
 #
 # The kit is the build's libraries (gRPC, Protobuf, Abseil, prometheus-cpp,
-# nlohmann-json, GoogleTest, Google Benchmark, gloo's headers), ninja, and
+# nlohmann-json, spdlog and fmt, GoogleTest, Google Benchmark, gloo's
+# headers), ninja, and
 # the dependencies apt resolves for them, less what any Linux with a C++
 # toolchain already has (glibc, libstdc++, libgcc), the packaging and login
 # machinery they pull in (dpkg, debconf, PAM, ...), and what the build never
@@ -27,6 +28,7 @@ roots=(
   libabsl-dev libabsl20220623
   prometheus-cpp-dev libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0
   nlohmann-json3-dev
+  libspdlog-dev libspdlog1.10 libfmt-dev libfmt9
   libgtest-dev libgmock-dev
   libbenchmark-dev libbenchmark1debian
   libgloo-dev
@@ -47,8 +49,9 @@ exclude=(
   libaudit1 libaudit-common libcap-ng0 libdb5.3
   libselinux1 libsemanage2 libsemanage-common libsepol2 libpcre2-8-0
   libbz2-1.0 libzstd1 libffi8 libcom-err2 libkeyutils1
-  # googletest's sources (libgtest-dev ships the built libraries)
-  googletest
+  # googletest's sources (libgtest-dev ships the built libraries); catch2,
+  # which libspdlog-dev depends on for its own tests only
+  googletest catch2
   # gloo's library and its transports: LibTorch links its own gloo
   libgloo0 libhiredis-dev libhiredis0.14 libibverbs-dev libibverbs1
   ibverbs-providers libnl-3-200 libnl-3-dev libnl-route-3-200 libnl-route-3-dev

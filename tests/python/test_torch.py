@@ -96,3 +96,13 @@ def test_apply_plan_refuses_plans_it_cannot_carry_out():
                       lambda i: nn.Linear(1, 1))
     with pytest.raises(RuntimeError, match=r"holds layers \[0, 1, 2\] after its moves"):
         dt.apply_plan(plan(), stage, None, lambda i: nn.Linear(1, 1))
+
+
+def test_agreement_runs_on_the_device_the_group_backend_takes():
+    from dynmo.torch.plan import _device_for_backend
+    assert _device_for_backend("gloo") == torch.device("cpu")
+    assert _device_for_backend("cpu:gloo,cuda:nccl") == torch.device("cpu")
+    if torch.cuda.is_available():
+        assert _device_for_backend("nccl") == torch.device("cuda", torch.cuda.current_device())
+    else:
+        assert _device_for_backend("nccl") == torch.device("cpu")

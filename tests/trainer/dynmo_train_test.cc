@@ -199,7 +199,7 @@ TEST(DynmoTrainTest, BadFlagsAndInconsistentConfigsGiveOneLineErrors) {
       {0, TinyModel({"--vocab=64"}), "but --vocab=64"},
       {0, TinyModel({"--data=/nonexistent/corpus.txt"}), "cannot open --data=/nonexistent/corpus.txt"},
       {0, TinyModel({"--steps=0"}), "--steps must be >= 1"},
-      {0, TinyModel({"--backend=mpi"}), "--backend must be gloo or nccl, not 'mpi'"},
+      {0, TinyModel({"--backend=mpi"}), "--backend must be gloo, nccl or nccl-double, not 'mpi'"},
       // NCCL moves GPU tensors: asking for it on the CPU is a clear error.
       {0, TinyModel({"--backend=nccl", "--device=cpu"}),
        "--backend=nccl needs a CUDA device"},

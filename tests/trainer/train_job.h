@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -89,6 +90,14 @@ JobResult RunJobOnce(int world, const std::vector<std::string>& flags,
   std::vector<std::string> args = {Binary()};
   args.insert(args.end(), flags.begin(), flags.end());
   args.push_back("--log_json=" + json);
+  // Pinned to the CPU unless the test names a device: the suites compare
+  // losses bit for bit, which only the deterministic CPU kernels promise,
+  // and on the GPU machine --device=auto would pick CUDA.
+  if (std::none_of(flags.begin(), flags.end(), [](const std::string& f) {
+        return f.rfind("--device=", 0) == 0;
+      })) {
+    args.push_back("--device=cpu");
+  }
   const int port = FreePort();
   const int ranks = world == 0 ? 1 : world;
 

@@ -1,6 +1,6 @@
 // ConnectGlooTransport: the job's store plus Gloo process groups, handed to
-// the backend-neutral transport of process_group_transport.h. The only file
-// that names Gloo.
+// the backend-neutral transport of process_group_transport.h, optionally
+// behind the NCCL test double (nccl_double.h). The only file that names Gloo.
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 #include <chrono>
@@ -9,6 +9,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "trainer/comm/nccl_double.h"
 #include "trainer/comm/process_group_transport.h"
 #include "trainer/comm/transport.h"
 
@@ -40,12 +41,13 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectGlooTransport(
     auto gloo_options = c10d::ProcessGroupGloo::Options::create(timeout);
     gloo_options->devices.push_back(GlooDevice(env));
     auto backend = std::make_shared<ProcessGroupBackend>();
-    backend->name = "gloo";
-    backend->make_group = [gloo_options](c10::intrusive_ptr<c10d::Store> s, int rank,
-                                         int size) {
-      return c10::intrusive_ptr<c10d::Backend>(
+    backend->name = options.nccl_double ? "nccl-double" : "gloo";
+    backend->make_group = [gloo_options, double_it = options.nccl_double](
+                              c10::intrusive_ptr<c10d::Store> s, int rank, int size) {
+      auto gloo = c10::intrusive_ptr<c10d::Backend>(
           c10::make_intrusive<c10d::ProcessGroupGloo>(std::move(s), rank, size,
                                                       gloo_options));
+      return double_it ? MakeNcclDouble(std::move(gloo)) : gloo;
     };
     backend->store_host = AdvertisedHost(env);
     backend->timeout = timeout;

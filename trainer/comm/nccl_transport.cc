@@ -4,13 +4,17 @@
 // The trainer's tensors already live on the rank's GPU (--device=cuda), so
 // activations, gradients and migrating layers go GPU to GPU; only the few
 // control tensors made on the CPU (counts, the migration header) are
-// copied over and back. A shrink builds new NCCL
+// copied over and back. Point-to-point batches are coalesced
+// (startCoalescing / endCoalescing through c10d::Backend, p2p_batch.h),
+// never raw groupStart / groupEnd. A shrink builds new NCCL
 // communicators over the survivors under a new store prefix, c10d's
 // counterpart of ncclCommSplit. Elsewhere the constructor is UNIMPLEMENTED.
 #include "trainer/comm/transport.h"
 
 #ifdef DYNMO_WITH_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+
+#include <stdlib.h>
 
 #include <chrono>
 #include <exception>
@@ -29,6 +33,13 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectNcclTransport(
         "WORLD_SIZE=", env.world_size, " is not a multiple of --dp=", options.dp));
   }
   const std::chrono::milliseconds timeout(int64_t{options.timeout_s} * 1000);
+  // A failed peer as a Status, not a SIGABRT: CleanUpOnly (2) makes the
+  // watchdog abort the communicators of a timed-out or failed collective
+  // and record the error on its Work, without tearing the process down
+  // (PyTorch's default, SkipCleanUp, kills it). The next op, wait() or
+  // RethrowIfFailed then throws c10::DistBackendError, which the transport
+  // reports as UNAVAILABLE. A value the user set is kept.
+  setenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", "2", /*overwrite=*/0);
   try {
     c10::intrusive_ptr<c10d::Store> store = ConnectJobStore(env, timeout);
     auto backend = std::make_shared<ProcessGroupBackend>();
@@ -42,13 +53,6 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectNcclTransport(
       o->timeout = timeout;
       return c10::intrusive_ptr<c10d::Backend>(
           c10::make_intrusive<c10d::ProcessGroupNCCL>(std::move(s), rank, size, o));
-    };
-    // groupStart/groupEnd are members of the group in PyTorch 2.x.
-    backend->batch_begin = [](c10d::Backend& group) {
-      static_cast<c10d::ProcessGroupNCCL&>(group).groupStart();
-    };
-    backend->batch_end = [](c10d::Backend& group) {
-      static_cast<c10d::ProcessGroupNCCL&>(group).groupEnd();
     };
     backend->store_host = AdvertisedHost(env);
     backend->timeout = timeout;

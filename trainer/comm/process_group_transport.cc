@@ -13,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "trainer/comm/p2p_batch.h"
 #include "trainer/config/config.h"
 
 namespace dynmo::trainer {
@@ -72,22 +73,25 @@ class ProcessGroupTransport : public Transport {
   int world_size() const override { return world_size_; }
   std::string backend() const override { return backend_->name; }
 
+  // The batch's Works are waited on without a host timeout (stream ordering
+  // on NCCL, p2p_batch.h); the host blocks only in CopyBack, where a receive
+  // lands in CPU memory, and RethrowIfFailed then reports what the watchdog
+  // recorded.
   absl::Status Exchange(absl::Span<const P2POp> ops) override {
+    if (ops.empty()) return absl::OkStatus();
     try {
-      std::vector<c10::intrusive_ptr<c10d::Work>> pending;
       std::vector<std::vector<at::Tensor>> buffers(ops.size());
-      for (size_t i = 0; i < ops.size(); ++i) buffers[i] = {OnDevice(*ops[i].tensor)};
-      if (backend_->batch_begin) backend_->batch_begin(*world_);
       for (size_t i = 0; i < ops.size(); ++i) {
-        pending.push_back(ops[i].kind == P2POp::Kind::kSend
-                              ? world_->send(buffers[i], ops[i].peer, kTag)
-                              : world_->recv(buffers[i], ops[i].peer, kTag));
+        buffers[i] = {ops[i].kind == P2POp::Kind::kSend ? OnDevice(*ops[i].tensor)
+                                                        : RecvBuffer(*ops[i].tensor)};
       }
-      if (backend_->batch_end) backend_->batch_end(*world_);
-      for (auto& work : pending) work->wait(backend_->timeout);
+      const std::vector<c10::intrusive_ptr<c10d::Work>> works =
+          PostPointToPoint(*world_, ops, buffers, kTag);
+      WaitForBatch(works);
       for (size_t i = 0; i < ops.size(); ++i) {
         if (ops[i].kind == P2POp::Kind::kRecv) CopyBack(buffers[i][0], *ops[i].tensor);
       }
+      for (const auto& work : works) RethrowIfFailed(*work);
     } catch (const std::exception& e) {
       return FromException(absl::StrCat("rank ", rank_, " point-to-point"), e);
     }
@@ -109,9 +113,11 @@ class ProcessGroupTransport : public Transport {
       std::vector<at::Tensor> input = {OnDevice(tensor.contiguous())};
       std::vector<std::vector<at::Tensor>> gathered(1);
       for (int r = 0; r < world_size_; ++r) gathered[0].push_back(at::empty_like(input[0]));
-      world_->allgather(gathered, input)->wait(backend_->timeout);
+      c10::intrusive_ptr<c10d::Work> work = world_->allgather(gathered, input);
+      work->wait();
       out.clear();
       for (at::Tensor& t : gathered[0]) out.push_back(t.to(tensor.device()));
+      RethrowIfFailed(*work);
     } catch (const std::exception& e) {
       return FromException(absl::StrCat("rank ", rank_, " world all-gather"), e);
     }
@@ -120,7 +126,10 @@ class ProcessGroupTransport : public Transport {
 
   absl::Status Barrier() override {
     try {
-      world_->barrier()->wait(backend_->timeout);
+      // NCCL's barrier Work blocks the host in wait(): a barrier is one.
+      c10::intrusive_ptr<c10d::Work> work = world_->barrier();
+      work->wait();
+      RethrowIfFailed(*work);
     } catch (const std::exception& e) {
       return FromException(absl::StrCat("rank ", rank_, " barrier"), e);
     }
@@ -214,6 +223,15 @@ class ProcessGroupTransport : public Transport {
   at::Tensor OnDevice(const at::Tensor& t) const {
     return t.device() == backend_->device ? t : t.to(backend_->device);
   }
+  // Where a receive lands: the caller's tensor when it already lives on the
+  // backend's device, else a fresh one there (its old contents never sent).
+  at::Tensor RecvBuffer(const at::Tensor& t) const {
+    return t.device() == backend_->device
+               ? t
+               : at::empty_like(t, t.options().device(backend_->device));
+  }
+  // After the Work's wait(): on a GPU, a copy into CPU memory is where the
+  // host blocks until the result landed.
   static void CopyBack(const at::Tensor& used, at::Tensor& original) {
     if (!used.is_same(original)) original.copy_(used);
   }
@@ -222,8 +240,10 @@ class ProcessGroupTransport : public Transport {
                          absl::string_view what) {
     try {
       std::vector<at::Tensor> tensors = {OnDevice(tensor)};
-      group.allreduce(tensors)->wait(backend_->timeout);
+      c10::intrusive_ptr<c10d::Work> work = group.allreduce(tensors);
+      work->wait();
       CopyBack(tensors[0], tensor);
+      RethrowIfFailed(*work);
     } catch (const std::exception& e) {
       return FromException(absl::StrCat("rank ", rank_, " ", what), e);
     }

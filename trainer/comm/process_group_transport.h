@@ -4,6 +4,16 @@
 // Gloo (gloo_transport.cc) and NCCL (nccl_transport.cc, CUDA builds only)
 // share the schedule-facing code and the elastic shrink.
 //
+// Completion, on every backend: point-to-point batches follow c10d's
+// coalescing semantics (p2p_batch.h); every Work is waited on without a host
+// timeout (on NCCL that orders the current stream after the communication
+// and the host does not block); the host blocks only where a result lands
+// in CPU memory. A dead or timed-out peer reaches the caller as UNAVAILABLE:
+// c10d throws c10::DistBackendError (NCCL: once the watchdog aborted the
+// communicator, see nccl_transport.cc; Gloo: the group's own timeout or a
+// closed connection) from the op, from wait(), or from the Work's recorded
+// exception (RethrowIfFailed), and FromException turns it into a Status.
+//
 // Shrink (re-packing) builds a NEW generation of groups over the survivors,
 // the c10d counterpart of ncclCommSplit: every group of generation g lives
 // under the store prefix "shrink<g>/" and numbers its members by the
@@ -45,11 +55,6 @@ struct ProcessGroupBackend {
   // Where tensors must live for this backend (CPU for Gloo, the rank's GPU
   // for NCCL); CPU tensors are copied there and back around each operation.
   c10::Device device = c10::Device(c10::kCPU);
-  // Brackets a batch of point-to-point ops (NCCL's group start / end, so a
-  // send and a receive between the same pair cannot deadlock); called with
-  // the group the batch runs on; may be empty.
-  std::function<void(c10d::Backend&)> batch_begin;
-  std::function<void(c10d::Backend&)> batch_end;
   // This process's address, published when it must serve a new store.
   std::string store_host;
   std::chrono::milliseconds timeout{300000};

@@ -6,9 +6,12 @@
 //
 // Ranks are global (RANK of the job). The data-parallel group of a rank is
 // the dp replicas of its pipeline stage (config.h's rank layout).
-// Operations block until done and turn backend exceptions into a Status
-// (UNAVAILABLE when a peer is gone or a timeout expired), so a dead rank
-// stops its neighbours with an error instead of a hang.
+// When an operation returns, its result is ready for the caller: in CPU
+// memory it has landed (the host waited); on a GPU, every later kernel on
+// the current stream runs after it (stream ordering, no host wait).
+// Backend exceptions become a Status (UNAVAILABLE when a peer is gone or a
+// timeout expired), so a dead rank stops its neighbours with an error
+// instead of a hang.
 // Not thread-safe: one thread per rank drives its transport.
 #ifndef DYNMO_TRAINER_COMM_TRANSPORT_H_
 #define DYNMO_TRAINER_COMM_TRANSPORT_H_
@@ -42,9 +45,11 @@ class Transport {
   virtual ~Transport() = default;
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
-  // Posts every op, then waits for all of them (c10d's batch_isend_irecv),
-  // so a send and a receive in opposite directions between the same two
-  // ranks cannot deadlock.
+  // Posts every op as one batch, then completes it (c10d's
+  // batch_isend_irecv: one coalesced group on NCCL), so a send and a
+  // receive in opposite directions between the same two ranks cannot
+  // deadlock. Both ranks of a pair must list their ops to each other in the
+  // same order (NCCL's rule; the test double of nccl_double.h checks it).
   virtual absl::Status Exchange(absl::Span<const P2POp> ops) = 0;
   // Sums `tensor` in place over this rank's data-parallel group.
   virtual absl::Status AllReduceSumDataParallel(at::Tensor& tensor) = 0;
@@ -81,6 +86,10 @@ struct TransportOptions {
   // The GPU the rank computes on (NCCL's communicators live there); -1:
   // LOCAL_RANK.
   int device_index = -1;
+  // ConnectGlooTransport only: every group behind nccl_double.h's test
+  // double, which completes point-to-point ops as NCCL does (--backend=
+  // nccl-double).
+  bool nccl_double = false;
 };
 
 // Connects this rank: a c10d TCPStore at MASTER_ADDR:MASTER_PORT (served by

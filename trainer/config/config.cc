@@ -84,9 +84,9 @@ absl::Status ValidateConfig(const TrainerConfig& c, int world_size) {
         m.num_pipeline_layers(), " pipeline layers (--layers=", m.num_blocks,
         " blocks + embedding + head)"));
   }
-  if (c.backend != "gloo" && c.backend != "nccl") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--backend must be gloo or nccl, not '", c.backend, "'"));
+  if (c.backend != "gloo" && c.backend != "nccl" && c.backend != "nccl-double") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--backend must be gloo, nccl or nccl-double, not '", c.backend, "'"));
   }
   if (c.device != "auto" && c.device != "cpu" && c.device != "cuda" &&
       !IsCudaDeviceName(c.device)) {

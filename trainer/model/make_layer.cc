@@ -1,5 +1,8 @@
 #include "trainer/model/make_layer.h"
 
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <mutex>
 #include <utility>
 
 #include "trainer/model/decoder_block.h"
@@ -10,6 +13,18 @@
 #include "trainer/model/sparse_attention.h"
 
 namespace dynmo::trainer {
+namespace {
+
+// The CPU generator only: torch::manual_seed would also reseed every CUDA
+// generator, resetting the random stream of GPU training (dropout) each
+// time a layer is built or migrates in. Layers are built on the CPU.
+void SeedCpuGenerator(uint64_t seed) {
+  at::Generator cpu = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(cpu.mutex());
+  cpu.set_current_seed(seed);
+}
+
+}  // namespace
 
 std::shared_ptr<PipelineLayer> MakeLayer(const ModelConfig& model, int id, uint64_t seed) {
   const int last = model.num_pipeline_layers() - 1;
@@ -18,7 +33,7 @@ std::shared_ptr<PipelineLayer> MakeLayer(const ModelConfig& model, int id, uint6
   const int stream = !model.halves() || id == 0 ? id
                      : id == last               ? model.num_blocks + 1
                                                 : (id + 1) / 2;
-  torch::manual_seed(seed * 1000003ULL + static_cast<uint64_t>(stream));
+  SeedCpuGenerator(seed * 1000003ULL + static_cast<uint64_t>(stream));
   if (id == 0) return MakeEmbeddingLayer(model, id);
   if (id == last) return MakeHeadLayer(model, id);
   if (model.halves()) {

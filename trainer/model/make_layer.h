@@ -5,8 +5,9 @@
 // from (seed, id) alone, so a layer is the same whichever stage builds it
 // (halves draw their block's stream, so both cuts start alike). The one
 // place that knows every kind of layer, so that the layers themselves do not
-// depend on each other. Reseeds the global CPU generator (torch::manual_seed)
-// as a side effect; not thread-safe.
+// depend on each other. Reseeds the global CPU generator as a side effect
+// (only it: the CUDA generators GPU training draws from are left alone);
+// not thread-safe.
 #ifndef DYNMO_TRAINER_MODEL_MAKE_LAYER_H_
 #define DYNMO_TRAINER_MODEL_MAKE_LAYER_H_
 

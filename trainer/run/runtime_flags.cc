@@ -10,7 +10,9 @@ ABSL_FLAG(std::string, log_json, "", "write one JSON record per iteration to thi
 ABSL_FLAG(int, log_interval, 1, "iterations per progress line");
 ABSL_FLAG(int, intra_op_threads, 1, "LibTorch intra-op threads per rank");
 ABSL_FLAG(std::string, backend, "gloo",
-          "c10d backend: gloo (CPU) or nccl (needs a CUDA LibTorch build with NCCL)");
+          "c10d backend: gloo (CPU), nccl (needs a CUDA LibTorch build with NCCL), "
+          "or nccl-double (Gloo behind a CPU test double that completes "
+          "point-to-point ops as NCCL does)");
 ABSL_FLAG(std::string, device, "auto",
           "where layers compute: auto (cuda when a GPU is visible, else cpu), cpu, "
           "cuda (cuda:LOCAL_RANK) or cuda:N");

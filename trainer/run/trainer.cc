@@ -302,6 +302,7 @@ absl::Status RunTraining(const TrainerConfig& requested, const DistEnv& env,
   }
   TransportOptions transport_options{config.dp, config.timeout_s};
   if (device->is_cuda()) transport_options.device_index = device->index();
+  transport_options.nccl_double = config.backend == "nccl-double";
   absl::StatusOr<std::unique_ptr<Transport>> transport =
       config.backend == "nccl" ? ConnectNcclTransport(env, transport_options)
                                : ConnectGlooTransport(env, transport_options);

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "trainer/comm/device.h"
@@ -138,6 +139,17 @@ absl::StatusOr<OwnedLayer> RestoreLayerInto(OwnedLayer owned, const LayerState& 
         "layer ", state.id, " carries ", state.metadata.size(),
         " metadata values but this layer takes none"));
   }
+  // A pruned matrix in our CPU CSR form (int32 "row_ptr" / "col_idx",
+  // prunable_linear.h) restored onto a GPU takes LibTorch's sparse CSR form
+  // there (the same arrays as int64: cuSPARSE), never our CPU kernels on
+  // device pointers.
+  auto ForDevice = [](const std::string& name, const torch::Tensor& t,
+                      torch::Device device) {
+    const bool cpu_csr_index =
+        t.scalar_type() == torch::kInt &&
+        (absl::EndsWith(name, "row_ptr") || absl::EndsWith(name, "col_idx"));
+    return device.is_cuda() && cpu_csr_index ? t.to(device, torch::kLong) : t.to(device);
+  };
   // Replaces every tensor of `fresh` by the state's tensor of the same name.
   auto replace = [&](const char* what,
                      const torch::OrderedDict<std::string, torch::Tensor>& fresh,
@@ -154,7 +166,7 @@ absl::StatusOr<OwnedLayer> RestoreLayerInto(OwnedLayer owned, const LayerState& 
       torch::NoGradGuard no_grad;
       // The layer's device wins: a state read from a file (cpu) or received
       // from a peer lands where this layer computes.
-      target.set_data(it->second->to(target.device()));
+      target.set_data(ForDevice(item.key(), *it->second, target.device()));
       by_name.erase(it);
     }
     if (!by_name.empty()) {

@@ -54,7 +54,11 @@ def agree_on_plan(plan: Optional[Plan], group: Optional[dist.ProcessGroup] = Non
                   device: Optional[torch.device] = None) -> bool:
     """True on every rank when every rank of ``group`` holds this epoch.
 
-    A collective: every rank calls it at the same iteration boundary."""
+    A collective: every rank calls it at the same iteration boundary. The
+    agreement tensor lives on ``device``, by default where ``group``'s
+    backend takes tensors (NCCL refuses CPU tensors)."""
+    if device is None:
+        device = _device_for_backend(str(dist.get_backend(group)))
     e = float(plan.epoch) if plan is not None else 0.0
     t = torch.tensor([1.0 if plan is not None else 0.0, e, e * e], dtype=torch.float64,
                      device=device)
@@ -62,6 +66,17 @@ def agree_on_plan(plan: Optional[Plan], group: Optional[dist.ProcessGroup] = Non
     w = float(dist.get_world_size(group))
     held, total, squares = t.tolist()
     return plan is not None and held == w and total == w * e and squares == w * e * e
+
+
+def _device_for_backend(backend: str) -> torch.device:
+    """Where a collective of a group with ``backend`` runs: the CPU when one
+    of its backends takes CPU tensors ("gloo", "mpi", "cpu:gloo,cuda:nccl"),
+    else this process's current CUDA device (NCCL takes only CUDA tensors,
+    on the device torch.distributed's own collectives use)."""
+    names = backend.lower()
+    if "gloo" in names or "mpi" in names or not torch.cuda.is_available():
+        return torch.device("cpu")
+    return torch.device("cuda", torch.cuda.current_device())
 
 
 def apply_plan(plan: Plan, layers: StageLayers,
