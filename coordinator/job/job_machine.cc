@@ -1,6 +1,8 @@
 #include "coordinator/job/job_machine.h"
 
+#include <algorithm>
 #include <optional>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -31,7 +33,8 @@ JobMachine::JobMachine(JobShape shape, const JobOptions& options,
       rebalancer_(options.default_policy, options.auto_options),
       protocol_(PlanProtocolOptions{name_, options.prepare_timeout,
                                     options.history_limit},
-                shape.pipeline_size * shape.data_parallel_size, epoch) {}
+                shape.pipeline_size * shape.data_parallel_size, epoch),
+      speeds_(shape.pipeline_size * shape.data_parallel_size, options.speed) {}
 
 JobMachine::JobMachine(const dynmo::v1::RegisterRequest& first,
                        const JobOptions& options, JobJournal* journal,
@@ -167,14 +170,21 @@ void JobMachine::ApplyReport(int rank, const dynmo::v1::IterationReport& report,
   const RosterRank& r = roster_.at(rank);
   // A released stage holds no layers any more; its stragglers are ignored.
   const bool active = RankRoster::IsActiveStage(layout_.active_stages, r.pipeline_rank);
+  const bool speed_moved = active && report.probe_s() > 0 && speeds_.AddProbe(rank, report.probe_s());
+  if (speed_moved) ApplyProbe(rank, report, out);
+  // A layer measured t on a rank of speed s costs t * s at speed 1.
+  const double speed = speeds_.speed(rank);
   for (const auto& l : report.layers()) {
     if (!active) break;
     // Check() validated the layers against the job's.
-    profile_.Add(r.data_parallel_rank, LayerCostFromSample(l), report.model_changed())
-        .IgnoreError();
+    core::LayerCost cost = LayerCostFromSample(l);
+    cost.fwd_s *= speed;
+    cost.bwd_s *= speed;
+    cost.wgrad_s *= speed;
+    profile_.Add(r.data_parallel_rank, cost, report.model_changed()).IgnoreError();
   }
   roster_.RecordReport(rank, report, active);
-  rebalancer_.OnReport(report.iteration(), report.model_changed());
+  rebalancer_.OnReport(report.iteration(), report.model_changed() || speed_moved);
   AdoptApplied(rank, report.applied_epoch(), nullptr, now, out);
   ++reports_;
   ++out->reports;
@@ -201,6 +211,23 @@ void JobMachine::ApplyAck(int rank, const dynmo::v1::PlanAck& ack, absl::Time no
   RunStep(step, now, out);
 }
 
+void JobMachine::ApplyProbe(int rank, const dynmo::v1::IterationReport& report,
+                            JobEffects* out) {
+  out->speeds_changed = true;
+  std::string speeds;
+  for (int k = 0; k < speeds_.ranks(); ++k) {
+    absl::StrAppend(&speeds, k == 0 ? "" : ",", absl::SixDigits(speeds_.speed(k)));
+  }
+  Log(LogLevel::kInfo, "rank_speed",
+      {{"job", name_},
+       {"rank", rank},
+       {"iteration", report.iteration()},
+       {"speed", speeds_.speed(rank)},
+       {"probe_s", report.probe_s()},
+       {"speeds", speeds}},
+      out);
+}
+
 absl::StatusOr<core::PipelineModel> JobMachine::Model() const {
   if (profile_.missing() > 0) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -208,9 +235,29 @@ absl::StatusOr<core::PipelineModel> JobMachine::Model() const {
         " of ", profile_.replicas() * profile_.num_layers(),
         " (replica, layer) samples missing"));
   }
-  return profile_.Model(core::PipelineShape{
+  absl::StatusOr<core::PipelineModel> model = profile_.Model(core::PipelineShape{
       roster_.StageMemory(layout_.active_stages), layout_.boundaries,
       layout_.schedule, layout_.microbatches});
+  if (!model.ok()) return model;
+  // A stage runs at its slowest replica's speed.
+  const std::vector<std::vector<int>> by_stage = roster_.RegisteredByStage();
+  for (size_t i = 0; i < layout_.active_stages.size() && i < model->stages.size(); ++i) {
+    const int stage = layout_.active_stages[i];
+    double speed = 1.0;
+    if (stage >= 0 && static_cast<size_t>(stage) < by_stage.size()) {
+      for (int rank : by_stage[static_cast<size_t>(stage)]) {
+        speed = std::min(speed, speeds_.speed(rank));
+      }
+    }
+    model->stages[i].speed = speed;
+  }
+  return model;
+}
+
+dynmo::v1::JobStatus JobMachine::Status() const {
+  dynmo::v1::JobStatus status = MakeJobStatus(Parts(), Model());
+  for (double s : speeds_.speeds()) status.add_rank_speed(s);
+  return status;
 }
 
 void JobMachine::Measure(const core::PipelineModel& model, JobEffects* out) {

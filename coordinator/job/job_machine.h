@@ -45,6 +45,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "coordinator/core/cost_profile.h"
+#include "coordinator/core/rank_speed.h"
 #include "coordinator/job/decision.h"
 #include "coordinator/job/log_field.h"
 #include "coordinator/job/job_layout.h"
@@ -76,6 +77,8 @@ struct JobOptions {
   // over ~20 samples, not the ~3 the cost estimate follows.
   double noise_smoothing = 0.1;
   int history_limit = 32;
+  // How ranks' speed probes become speeds (core/rank_speed.h).
+  core::RankSpeedOptions speed;
   // A report's or ack's iteration more than this far beyond the job's
   // newest is refused (INVALID_ARGUMENT): one bogus iteration would push
   // every later plan's apply iteration out of reach.
@@ -131,6 +134,7 @@ struct JobEffects {
   double migrated_bytes = 0;
   std::vector<double> decision_latency_s;  // one per balancer run
   bool measures_changed = false;           // the measures were refreshed
+  bool speeds_changed = false;             // a rank's published speed moved
 };
 
 // One rank's upstream message, by reference: a Session's report or ack, or
@@ -197,7 +201,7 @@ class JobMachine {
 
   // ---- Views ----
   dynmo::v1::JobSummary Summary() const { return MakeJobSummary(Parts()); }
-  dynmo::v1::JobStatus Status() const { return MakeJobStatus(Parts(), Model()); }
+  dynmo::v1::JobStatus Status() const;
   std::vector<dynmo::v1::GpuPlacement> Placements() const {
     return MakePlacements(Parts());
   }
@@ -207,8 +211,10 @@ class JobMachine {
   const JobLayout& layout() const { return layout_; }
   const Rebalancer& rebalancer() const { return rebalancer_; }
   const PlanProtocol& protocol() const { return protocol_; }
-  // The job's PipelineModel from the profile, or FAILED_PRECONDITION while
-  // some (replica, layer) has no sample yet.
+  const core::RankSpeeds& speeds() const { return speeds_; }
+  // The job's PipelineModel from the profile, each active stage at its
+  // slowest replica's speed, or FAILED_PRECONDITION while some (replica,
+  // layer) has no sample yet.
   absl::StatusOr<core::PipelineModel> Model() const;
 
   // Writes the record to the journal.
@@ -235,6 +241,9 @@ class JobMachine {
 
   void ApplyReport(int rank, const dynmo::v1::IterationReport& report,
                    absl::Time now, JobEffects* out);
+  // A report's speed probe: a published speed that moves is an event (a
+  // model change for the trigger, logged).
+  void ApplyProbe(int rank, const dynmo::v1::IterationReport& report, JobEffects* out);
   void ApplyAck(int rank, const dynmo::v1::PlanAck& ack, absl::Time now,
                 JobEffects* out);
   // The rebalancer's measures of the layout in force.
@@ -289,6 +298,7 @@ class JobMachine {
   JobLayout layout_;
   Rebalancer rebalancer_;
   PlanProtocol protocol_;
+  core::RankSpeeds speeds_;
   int64_t reports_ = 0;
 };
 

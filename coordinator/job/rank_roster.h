@@ -146,10 +146,11 @@ class RankRoster {
   std::vector<dynmo::v1::ReleasedGpu> ReleasedBy(const dynmo::v1::Plan& plan,
                                                  absl::Time now) const;
 
- private:
-  absl::Status CheckKey(int rank, absl::string_view key) const;
   // The registered ranks of each stage, in rank order.
   std::vector<std::vector<int>> RegisteredByStage() const;
+
+ private:
+  absl::Status CheckKey(int rank, absl::string_view key) const;
 
   JobShape shape_;
   std::vector<RosterRank> ranks_;

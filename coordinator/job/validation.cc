@@ -122,6 +122,9 @@ absl::Status ValidateReport(const dynmo::v1::IterationReport& report,
   if (report.applied_epoch() > kMaxEpoch) {
     return Invalid(absl::StrCat("applied_epoch must be <= ", kMaxEpoch));
   }
+  if (!Seconds(report.probe_s())) {
+    return Invalid(absl::StrCat("probe_s must be finite, >= 0 and <= ", kMaxLayerSeconds, " s"));
+  }
   if (report.layers_size() > num_layers) {
     return Invalid(absl::StrCat("report carries ", report.layers_size(),
                                 " layers but the job has ", num_layers));

@@ -62,6 +62,9 @@ void JobState::CarryLocked(JobEffects& fx) {
     if (fx.migrated_bytes > 0) metrics_->Migrated(fx.migrated_bytes);
   }
   if (fx.measures_changed || fx.plans_applied > 0) PublishMeasuresLocked();
+  if (fx.speeds_changed && metrics_ != nullptr) {
+    metrics_->SetRankSpeeds(machine_->speeds().speeds());
+  }
   if (fx.released.empty()) return;
   // The job record is committed; the pool commits its own record.
   if (absl::Status s = deps_.pool->Add(std::move(fx.released)); !s.ok()) {

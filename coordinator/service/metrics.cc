@@ -13,6 +13,12 @@ CoordinatorMetrics::CoordinatorMetrics()
                      .Help("Measured seconds per micro-batch of each active "
                            "pipeline stage under the current layout.")
                      .Register(r);
+  rank_speed_ = &prometheus::BuildGauge()
+                     .Name("dynmo_rank_speed")
+                     .Help("Each rank's relative speed from its speed probe "
+                           "(the fastest rank is 1; a stage runs at its "
+                           "slowest replica's).")
+                     .Register(r);
   imbalance_ = &prometheus::BuildGauge()
                     .Name("dynmo_imbalance_ratio")
                     .Help("Load imbalance (max - min) / mean of the stages.")
@@ -95,6 +101,7 @@ JobMetrics::JobMetrics(CoordinatorMetrics* owner, const std::string& job)
 JobMetrics::~JobMetrics() {
   absl::MutexLock lock(&mu_);
   for (const auto& [stage, gauge] : stage_loads_) owner_->stage_load_->Remove(gauge);
+  for (const auto& [rank, gauge] : rank_speeds_) owner_->rank_speed_->Remove(gauge);
   owner_->imbalance_->Remove(imbalance_);
   owner_->bottleneck_->Remove(bottleneck_);
   owner_->lower_bound_->Remove(lower_bound_);
@@ -129,6 +136,17 @@ void JobMetrics::SetStageLoads(absl::Span<const int> stages,
           {{"job", job_}, {"stage", absl::StrCat(stages[i])}});
     }
     g->Set(loads[i]);
+  }
+}
+
+void JobMetrics::SetRankSpeeds(absl::Span<const double> speeds) {
+  absl::MutexLock lock(&mu_);
+  for (size_t r = 0; r < speeds.size(); ++r) {
+    prometheus::Gauge*& g = rank_speeds_[static_cast<int>(r)];
+    if (g == nullptr) {
+      g = &owner_->rank_speed_->Add({{"job", job_}, {"rank", absl::StrCat(r)}});
+    }
+    g->Set(speeds[r]);
   }
 }
 

@@ -41,6 +41,8 @@ class JobMetrics {
   void SetMeasures(double imbalance, double bottleneck_s, double lower_bound_s,
                    double bubble_ratio);
   void SetGpus(int active, int released);
+  // Each rank's relative speed (index = rank; core/rank_speed.h).
+  void SetRankSpeeds(absl::Span<const double> speeds);
   void PlanIssued() { issued_->Increment(); }
   void PlanApplied() { applied_->Increment(); }
   void PlanAborted() { aborted_->Increment(); }
@@ -52,6 +54,7 @@ class JobMetrics {
   std::string job_;
   absl::Mutex mu_;
   std::map<int, prometheus::Gauge*> stage_loads_ ABSL_GUARDED_BY(mu_);
+  std::map<int, prometheus::Gauge*> rank_speeds_ ABSL_GUARDED_BY(mu_);
   prometheus::Gauge* imbalance_;
   prometheus::Gauge* bottleneck_;
   prometheus::Gauge* lower_bound_;
@@ -83,6 +86,7 @@ class CoordinatorMetrics {
   friend class JobMetrics;
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Family<prometheus::Gauge>* stage_load_;
+  prometheus::Family<prometheus::Gauge>* rank_speed_;
   prometheus::Family<prometheus::Gauge>* imbalance_;
   prometheus::Family<prometheus::Gauge>* bottleneck_;
   prometheus::Family<prometheus::Gauge>* lower_bound_;

@@ -246,5 +246,81 @@ TEST_F(JobMachineTest, ARefusedBatchChangesNothing) {
   EXPECT_EQ(machine_->Summary().reports(), 0);
 }
 
+// A rank at half speed: its probe takes twice as long and so does every
+// layer it holds. Priced at speed 1 its layers cost what the fast rank's
+// do, so it gets the exact split for speeds {1, 0.5}: 7 of 10 equal layers
+// on the fast rank (a model without speeds stops at 6: the layers it would
+// move look twice as heavy as they are).
+TEST(JobMachineSpeedTest, ASlowRankGetsTheExactSplitForItsSpeed) {
+  JobOptions options;
+  options.default_policy.trigger = Trigger{Trigger::Kind::kManual};
+  Journal journal;
+  auto reg = [](int rank) {
+    dynmo::v1::RegisterRequest r = Reg(rank);
+    r.set_num_layers(10);
+    return r;
+  };
+  JobMachine m(reg(0), options, &journal);
+  std::vector<dynmo::v1::RegisterRequest> regs = {reg(0), reg(1)};
+  std::vector<const dynmo::v1::RegisterRequest*> all = {&regs[0], &regs[1]};
+  std::vector<dynmo::v1::RegisterResponse> responses;
+  JobEffects fx;
+  ASSERT_TRUE(m.Register(all, absl::UnixEpoch(), &responses, &fx).ok());
+  for (int r = 0; r < 2; ++r) {
+    const int ranks[] = {r};
+    const std::string keys[] = {responses[r].session_key()};
+    ASSERT_TRUE(m.Attach(ranks, keys, false, std::make_shared<Sink>(), &fx).ok());
+  }
+  bool speed_event = false;
+  for (int it = 0; it < 12; ++it) {
+    std::vector<dynmo::v1::IterationReport> reports(2);
+    std::vector<UpstreamMessage> up;
+    for (int r = 0; r < 2; ++r) {
+      const double slow = r == 1 ? 2.0 : 1.0;
+      reports[r].set_iteration(it);
+      reports[r].set_probe_s(0.001 * slow);
+      for (int l = r * 5; l < (r + 1) * 5; ++l) {
+        auto* s = reports[r].add_layers();
+        s->set_layer(l);
+        s->set_fwd_s(0.01 * slow);
+        s->set_bwd_s(0.02 * slow);
+      }
+      up.push_back({r, &reports[r], nullptr});
+    }
+    JobEffects step;
+    ASSERT_TRUE(m.OnUpstream(up, absl::UnixEpoch(), &step).ok());
+    for (const JobEvent& e : step.events) speed_event = speed_event || e.name == "rank_speed";
+  }
+  EXPECT_TRUE(speed_event);
+  EXPECT_NEAR(m.speeds().speed(1), 0.5, 1e-9);
+  const dynmo::v1::JobStatus status = m.Status();
+  ASSERT_EQ(status.rank_speed_size(), 2);
+  EXPECT_NEAR(status.rank_speed(1), 0.5, 1e-9);
+  JobEffects decide;
+  auto r = m.Rebalance(absl::UnixEpoch(), &decide);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->issued()) << r->detail();
+  EXPECT_EQ(std::vector<int>(r->plan().boundaries().begin(), r->plan().boundaries().end()),
+            (std::vector<int>{0, 7, 10}));
+}
+
+TEST(JobMachineSpeedTest, AProbeThatIsNotFiniteIsRefused) {
+  JobOptions options;
+  Journal journal;
+  JobMachine m(Reg(0), options, &journal);
+  std::vector<dynmo::v1::RegisterRequest> regs = {Reg(0)};
+  std::vector<const dynmo::v1::RegisterRequest*> all = {&regs[0]};
+  std::vector<dynmo::v1::RegisterResponse> responses;
+  JobEffects fx;
+  ASSERT_TRUE(m.Register(all, absl::UnixEpoch(), &responses, &fx).ok());
+  dynmo::v1::IterationReport bad;
+  bad.set_iteration(1);
+  bad.set_probe_s(-1);
+  const UpstreamMessage up[] = {{0, &bad, nullptr}};
+  absl::Status s = m.OnUpstream(up, absl::UnixEpoch(), &fx);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(s.message()).find("probe_s"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace dynmo::service

@@ -1,0 +1,152 @@
+#include "coordinator/core/rank_speed.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <vector>
+#include <cstdint>
+#include <limits>
+
+#include "coordinator/core/cost_model.h"
+#include "coordinator/core/measures.h"
+#include "coordinator/core/partition.h"
+#include "gtest/gtest.h"
+
+namespace dynmo::core {
+namespace {
+
+// A seeded generator: the tests' noise is the same on every run.
+class Lcg {
+ public:
+  explicit Lcg(uint64_t seed) : x_(seed) {}
+  // Uniform in [-1, 1).
+  double Next() {
+    x_ = x_ * 6364136223846793005ULL + 1442695040888963407ULL;
+    return static_cast<double>(x_ >> 11) / static_cast<double>(1ULL << 52) - 1.0;
+  }
+
+ private:
+  uint64_t x_;
+};
+
+TEST(RankSpeedTest, UnprobedRanksRunAtOne) {
+  RankSpeeds s(4, RankSpeedOptions{});
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(s.speed(r), 1.0);
+  EXPECT_EQ(s.speed(7), 1.0);
+  EXPECT_FALSE(s.AddProbe(9, 1.0));
+  EXPECT_FALSE(s.AddProbe(0, std::numeric_limits<double>::quiet_NaN()));
+  EXPECT_FALSE(s.AddProbe(0, -1));
+}
+
+TEST(RankSpeedTest, StationaryNoiseOnEqualRanksNeverMovesASpeed) {
+  // 8 equal ranks, probes with +-5% uniform jitter, 5,000 rounds.
+  RankSpeeds s(8, RankSpeedOptions{});
+  Lcg rng(42);
+  for (int round = 0; round < 5000; ++round) {
+    for (int r = 0; r < 8; ++r) {
+      EXPECT_FALSE(s.AddProbe(r, 0.010 * (1 + 0.05 * rng.Next())))
+          << "round " << round << " rank " << r;
+    }
+  }
+  for (int r = 0; r < 8; ++r) EXPECT_EQ(s.speed(r), 1.0);
+}
+
+TEST(RankSpeedTest, AThrottleIsFollowedWithinBoundedProbesAndRecoveryToo) {
+  RankSpeedOptions o;
+  RankSpeeds s(2, o);
+  Lcg rng(7);
+  auto round = [&](double slow) {
+    bool changed = s.AddProbe(0, 0.010 * (1 + 0.02 * rng.Next()));
+    changed = s.AddProbe(1, 0.010 * slow * (1 + 0.02 * rng.Next())) || changed;
+    return changed;
+  };
+  for (int i = 0; i < 50; ++i) EXPECT_FALSE(round(1.0));
+  // Rank 1 halves its speed: published within a bounded number of probes.
+  int after = -1;
+  for (int i = 0; i < 30 && after < 0; ++i) {
+    if (round(2.0)) after = i;
+  }
+  ASSERT_GE(after, 0) << "the throttle was never noticed";
+  EXPECT_LE(after, 10);
+  // The EWMA may publish a first step before it settles; it reaches 0.5.
+  for (int i = 0; i < 40; ++i) round(2.0);
+  EXPECT_NEAR(s.speed(1), 0.5, 0.05);
+  EXPECT_EQ(s.speed(0), 1.0);
+  // It recovers and gets its speed back.
+  for (int i = 0; i < 60; ++i) round(1.0);
+  EXPECT_NEAR(s.speed(1), 1.0, 0.05);
+}
+
+// Brute force: every contiguous split of `costs` over stages of `speeds`.
+double BestBottleneck(const std::vector<double>& costs, const std::vector<double>& speeds) {
+  const int n = static_cast<int>(costs.size());
+  const int k = static_cast<int>(speeds.size());
+  double best = std::numeric_limits<double>::infinity();
+  std::vector<int> b(k + 1, 0);
+  b[k] = n;
+  // Enumerate cut positions 1 <= c1 < c2 < ... < c_{k-1} <= n-1.
+  std::function<void(int, int)> rec = [&](int stage, int from) {
+    if (stage == k - 1) {
+      double worst = 0;
+      for (int s = 0; s < k; ++s) {
+        double load = 0;
+        for (int l = b[s]; l < b[s + 1]; ++l) load += costs[static_cast<size_t>(l)];
+        worst = std::max(worst, load / speeds[static_cast<size_t>(s)]);
+      }
+      best = std::min(best, worst);
+      return;
+    }
+    for (int c = from; c <= n - (k - 1 - stage); ++c) {
+      b[stage + 1] = c;
+      rec(stage + 1, c + 1);
+    }
+  };
+  rec(0, 1);
+  return best;
+}
+
+TEST(RankSpeedTest, ASlowStageGetsProportionallyFewerLayersExactly) {
+  // 12 layers of mixed cost on 3 stages; stage 1 at 0.5, stage 2 at 0.8.
+  PipelineModel model;
+  const std::vector<double> costs = {1, 2, 1, 3, 1, 1, 2, 2, 1, 1, 3, 1};
+  for (size_t i = 0; i < costs.size(); ++i) {
+    LayerCost l;
+    l.id = static_cast<int>(i);
+    l.fwd_s = costs[i] / 3;
+    l.bwd_s = 2 * costs[i] / 3;
+    model.layers.push_back(l);
+  }
+  const std::vector<double> speeds = {1.0, 0.5, 0.8};
+  for (double v : speeds) {
+    StageSpec st;
+    st.speed = v;
+    model.stages.push_back(st);
+  }
+  PartitionOptions po;
+  po.method = PartitionMethod::kOptimal;
+  absl::StatusOr<PartitionResult> p = Partition(model, po);
+  ASSERT_TRUE(p.ok()) << p.status();
+  const double got = Bottleneck(StageLoads(model, p->boundaries));
+  EXPECT_NEAR(got, BestBottleneck(costs, speeds), 1e-9);
+  // The slow stage holds fewer layers' worth of cost than the fast one.
+  double slow = 0, fast = 0;
+  for (int l = p->boundaries[1]; l < p->boundaries[2]; ++l) slow += costs[l];
+  for (int l = p->boundaries[0]; l < p->boundaries[1]; ++l) fast += costs[l];
+  EXPECT_LT(slow, fast);
+}
+
+TEST(RankSpeedTest, OptionsAreValidated) {
+  EXPECT_TRUE(ValidateRankSpeedOptions(RankSpeedOptions{}).ok());
+  RankSpeedOptions o;
+  o.smoothing = 0;
+  EXPECT_FALSE(ValidateRankSpeedOptions(o).ok());
+  o = RankSpeedOptions{};
+  o.confirmations = 0;
+  EXPECT_FALSE(ValidateRankSpeedOptions(o).ok());
+  o = RankSpeedOptions{};
+  o.sigmas = std::nan("");
+  EXPECT_FALSE(ValidateRankSpeedOptions(o).ok());
+}
+
+}  // namespace
+}  // namespace dynmo::core
