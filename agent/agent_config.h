@@ -58,6 +58,9 @@ struct IterationSample {
   int64_t memory_capacity_bytes = 0;
   double neighbour_wait_s = 0;
   bool model_changed = false;
+  // Seconds of the rank's speed probe this iteration (a fixed kernel timed
+  // like the layers); 0 = not probed.
+  double probe_s = 0;
 };
 
 struct AgentStats {

@@ -173,6 +173,21 @@ void PrintJob(const v1::JobStatus& st) {
   std::printf("bottleneck     %.6f s (lower bound %.6f s)\n", s.bottleneck_s(),
               st.lower_bound_s());
   std::printf("bubble ratio   %.4f (predicted)\n", st.predicted_bubble_ratio());
+  if (st.rank_speed_size() > 0) {
+    // The slowest rank paces its stage (and, with data parallelism, every
+    // replica at the all-reduce).
+    int slowest = 0;
+    for (int r = 1; r < st.rank_speed_size(); ++r) {
+      if (st.rank_speed(r) < st.rank_speed(slowest)) slowest = r;
+    }
+    std::printf("rank speeds    [%s] (slowest: rank %d at %.3f)\n",
+                absl::StrJoin(st.rank_speed(), ", ",
+                              [](std::string* out, double v) {
+                                absl::StrAppend(out, absl::StrFormat("%.3f", v));
+                              })
+                    .c_str(),
+                slowest, st.rank_speed(slowest));
+  }
   std::printf("plans          %d in history\n", st.history_size());
   if (!st.note().empty()) std::printf("note           %s\n", st.note().c_str());
 }

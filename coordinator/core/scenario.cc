@@ -26,6 +26,8 @@ LoadSeries LoadsOf(const ScenarioConfig& c) {
       return scenario_internal::MoELoads(c);
     case Scenario::kMoD:
       return scenario_internal::MoDLoads(c);
+    case Scenario::kDense:
+      return scenario_internal::DenseSeries(c);
   }
   return {};
 }

@@ -19,6 +19,7 @@ constexpr NamedScenario kScenarios[] = {
     {Scenario::kEarlyExit, "early-exit"},
     {Scenario::kMoE, "moe"},
     {Scenario::kMoD, "mod"},
+    {Scenario::kDense, "dense"},
 };
 
 
@@ -30,7 +31,7 @@ absl::StatusOr<Scenario> ParseScenario(absl::string_view name) {
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown scenario '", name,
-      "' (want pruning, freezing, sparse-attention, early-exit, moe or mod)"));
+      "' (want pruning, freezing, sparse-attention, early-exit, moe, mod or dense)"));
 }
 
 std::string ScenarioName(Scenario scenario) {

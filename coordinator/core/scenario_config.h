@@ -21,10 +21,14 @@ enum class Scenario {
   kSparseAttention,
   kEarlyExit,
   kMoE,
-  kMoD
+  kMoD,
+  // No dynamism: every block dense all along (jitter only). What a
+  // straggler run (a slow rank, not a changing model) starts from.
+  kDense
 };
 
-// "pruning", "freezing", "sparse-attention", "early-exit", "moe", "mod".
+// "pruning", "freezing", "sparse-attention", "early-exit", "moe", "mod",
+// "dense".
 absl::StatusOr<Scenario> ParseScenario(absl::string_view name);
 std::string ScenarioName(Scenario scenario);
 

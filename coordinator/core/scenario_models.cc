@@ -21,12 +21,6 @@ double Position(int i, int layers) {
   return layers > 1 ? static_cast<double>(i) / (layers - 1) : 0.5;
 }
 
-LoadSeries DenseSeries(const ScenarioConfig& c) {
-  LayerLoad dense;
-  dense.mem_bytes = DenseBytes(c);
-  return LoadSeries(c.iterations, std::vector<LayerLoad>(c.layers, dense));
-}
-
 // A stationary AR(1) process with unit variance per element: each step keeps
 // `rho` of the old value, so batches in a row look alike while the process
 // still wanders over hundreds of iterations, as measured loads do.
@@ -154,6 +148,13 @@ constexpr double kPredictorBias = 0.35;   // log-space std across layers
 constexpr double kModLogitSpread = 0.12;  // the MoE inside MoD blocks
 
 }  // namespace
+
+LoadSeries DenseSeries(const ScenarioConfig& c) {
+  LayerLoad dense;
+  dense.mem_bytes = DenseBytes(c);
+  return LoadSeries(c.iterations, std::vector<LayerLoad>(c.layers, dense));
+}
+
 
 double Progress(int k, int iterations) {
   return iterations > 1 ? static_cast<double>(k) / (iterations - 1) : 0.0;

@@ -45,6 +45,8 @@ LoadSeries SparseAttentionLoads(const ScenarioConfig& config);
 LoadSeries EarlyExitLoads(const ScenarioConfig& config);
 LoadSeries MoELoads(const ScenarioConfig& config);
 LoadSeries MoDLoads(const ScenarioConfig& config);
+// Every block dense at every iteration.
+LoadSeries DenseSeries(const ScenarioConfig& config);
 
 }  // namespace dynmo::core::scenario_internal
 

@@ -136,8 +136,19 @@ class Replay {
   absl::Status Drain(int64_t iteration);
   // Ranks holding a committed plan due at `iteration` switch to it.
   absl::Status Switch(int64_t iteration);
-  absl::StatusOr<double> Cost(const std::vector<core::LayerCost>& layers,
-                              const Grid& grid) const;
+  // One iteration of `layers` on `grid` whose stage i holds `stage_ranks[i]`
+  // at the ranks' true speeds at `iter`.
+  absl::StatusOr<double> Cost(const std::vector<core::LayerCost>& layers, const Grid& grid,
+                              const std::vector<std::vector<int>>& stage_ranks,
+                              int64_t iter) const;
+  // The true speed of `rank` at `iter` (config stragglers).
+  double TrueSpeed(int rank, int64_t iter) const;
+  // The ranks of each active stage of the grid in force / of static's.
+  std::vector<std::vector<int>> RanksByStage() const;
+  std::vector<std::vector<int>> StaticRanksByStage() const;
+  // The optimum of `layers` over static's grid at the speeds of `iter`.
+  absl::StatusOr<double> OracleCost(const std::vector<core::LayerCost>& layers,
+                                    int64_t iter) const;
   // Imbalance and bubble ratio of one replica's pipeline on `grid`.
   absl::StatusOr<std::pair<double, double>> Shape(
       const std::vector<core::LayerCost>& layers, const Grid& grid) const;
@@ -150,6 +161,7 @@ class Replay {
   std::vector<SimRank> ranks_;
   Grid grid_;
   int64_t last_iteration_ = 0;
+  double pause_s_ = 0;  // migration pause of the plan applied before this record
   absl::Time now_ = absl::FromUnixSeconds(1'700'000'000);
   JobReplayResult result_;
 };
@@ -255,6 +267,7 @@ absl::Status Replay::Switch(int64_t iteration) {
         static_cast<double>(plan.migration_bytes()) / config_.migration_bandwidth_bytes_per_s;
     result_.migration_s += s;
     result_.dynamic_total_s += s;
+    pause_s_ += s;
   }
   if (ReplayedPlan* p = PlanOf(plan.epoch()); p != nullptr) p->outcome = "applied";
   const PlanAck applied = Ack(plan.epoch(), PlanAck::APPLIED, last_iteration_);
@@ -265,13 +278,83 @@ absl::Status Replay::Switch(int64_t iteration) {
   return absl::OkStatus();
 }
 
+double Replay::TrueSpeed(int rank, int64_t iter) const {
+  double speed = 1;
+  for (const SpeedChange& c : config_.stragglers) {
+    if (c.rank == rank && iter >= c.from_iteration &&
+        (c.to_iteration < 0 || iter < c.to_iteration)) {
+      speed = std::min(speed, c.speed);
+    }
+  }
+  return speed;
+}
+
+std::vector<std::vector<int>> Replay::RanksByStage() const {
+  std::vector<std::vector<int>> out(grid_.active_stages.size());
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    if (ranks_[r].released) continue;
+    const auto at = std::find(grid_.active_stages.begin(), grid_.active_stages.end(),
+                              ranks_[r].pipeline_rank);
+    if (at != grid_.active_stages.end()) {
+      out[static_cast<size_t>(at - grid_.active_stages.begin())].push_back(static_cast<int>(r));
+    }
+  }
+  return out;
+}
+
+std::vector<std::vector<int>> Replay::StaticRanksByStage() const {
+  std::vector<std::vector<int>> out(static_cast<size_t>(config_.pp));
+  for (int r = 0; r < config_.pp * config_.dp; ++r) {
+    out[static_cast<size_t>(r / config_.dp)].push_back(r);
+  }
+  return out;
+}
+
 absl::StatusOr<double> Replay::Cost(const std::vector<core::LayerCost>& layers,
-                                    const Grid& grid) const {
+                                    const Grid& grid,
+                                    const std::vector<std::vector<int>>& stage_ranks,
+                                    int64_t iter) const {
   absl::StatusOr<core::ShapeCost> c = core::CostOfGrid(
       layers, spec_,
       core::Grid{static_cast<int>(grid.active_stages.size()), grid.dp, grid.boundaries});
   if (!c.ok()) return c.status();
-  return c->iteration_s;
+  if (config_.stragglers.empty()) return c->iteration_s;
+  // Each stage at its slowest replica's speed; the all-reduce as priced.
+  core::PipelineModel model;
+  model.layers = layers;
+  for (const std::vector<int>& ranks : stage_ranks) {
+    core::StageSpec st;
+    for (int r : ranks) st.speed = std::min(st.speed, TrueSpeed(r, iter));
+    model.stages.push_back(st);
+  }
+  core::SimConfig sim;
+  sim.schedule = spec_.schedule;
+  sim.microbatches = std::max(1, spec_.global_microbatches / grid.dp);
+  sim.stages = core::StagePassTimesFor(model, grid.boundaries);
+  absl::StatusOr<core::SimResult> run = core::SimulatePipeline(sim);
+  if (!run.ok()) return run.status();
+  return run->iteration_time_s + c->allreduce_s;
+}
+
+absl::StatusOr<double> Replay::OracleCost(const std::vector<core::LayerCost>& layers,
+                                          int64_t iter) const {
+  const std::vector<std::vector<int>> stage_ranks = StaticRanksByStage();
+  core::PipelineModel model;
+  model.layers = layers;
+  for (const std::vector<int>& ranks : stage_ranks) {
+    core::StageSpec st;
+    for (int r : ranks) st.speed = std::min(st.speed, TrueSpeed(r, iter));
+    model.stages.push_back(st);
+  }
+  core::PartitionOptions po;
+  po.method = core::PartitionMethod::kOptimal;
+  absl::StatusOr<core::PartitionResult> best = core::Partition(model, po);
+  if (!best.ok()) return best.status();
+  Grid g;
+  g.boundaries = best->boundaries;
+  for (int s = 0; s < config_.pp; ++s) g.active_stages.push_back(s);
+  g.dp = config_.dp;
+  return Cost(layers, g, stage_ranks, iter);
 }
 
 absl::StatusOr<std::pair<double, double>> Replay::Shape(
@@ -326,9 +409,9 @@ absl::StatusOr<JobReplayResult> Replay::Run() {
     if (config_.bytes_per_param > 0) {
       for (core::LayerCost& l : layers) l.params = l.resident_bytes / config_.bytes_per_param;
     }
-    absl::StatusOr<double> fixed_s = Cost(layers, fixed);
+    absl::StatusOr<double> fixed_s = Cost(layers, fixed, StaticRanksByStage(), iter);
     if (!fixed_s.ok()) return AtIter(iter, fixed_s.status());
-    absl::StatusOr<double> moving_s = Cost(layers, grid_);
+    absl::StatusOr<double> moving_s = Cost(layers, grid_, RanksByStage(), iter);
     if (!moving_s.ok()) return AtIter(iter, moving_s.status());
     absl::StatusOr<std::pair<double, double>> fixed_shape = Shape(layers, fixed);
     if (!fixed_shape.ok()) return AtIter(iter, fixed_shape.status());
@@ -341,10 +424,19 @@ absl::StatusOr<JobReplayResult> Replay::Run() {
     const int ranks_now = static_cast<int>(grid_.active_stages.size()) * grid_.dp;
     result_.static_total_s += *fixed_s;
     result_.dynamic_total_s += *moving_s;
+    result_.record_iterations.push_back(iter);
+    result_.static_iteration_s.push_back(*fixed_s);
+    result_.dynamic_iteration_s.push_back(*moving_s + pause_s_);
+    pause_s_ = 0;
     result_.static_gpu_s += *fixed_s * n;
     result_.dynamic_gpu_s += *moving_s * ranks_now;
     ++result_.iterations;
     now_ += absl::Seconds(*moving_s);
+    if (config_.oracle) {
+      absl::StatusOr<double> best = OracleCost(layers, iter);
+      if (!best.ok()) return AtIter(iter, best.status());
+      result_.oracle_total_s += *best;
+    }
 
     const bool changed =
         core::RelativeTimeChange(previous, layers) > config_.change_threshold;
@@ -359,9 +451,14 @@ absl::StatusOr<JobReplayResult> Replay::Run() {
                                 rank.pipeline_rank);
       if (at == grid_.active_stages.end()) continue;
       const size_t stage = static_cast<size_t>(at - grid_.active_stages.begin());
+      // A rank at speed v measures everything 1/v times as long.
+      const double slow = 1.0 / TrueSpeed(static_cast<int>(r), iter);
       dynmo::v1::IterationReport report;
       report.set_iteration(iter);
       report.set_applied_epoch(rank.applied_epoch);
+      if (config_.probe_every > 0 && iter % config_.probe_every == 0) {
+        report.set_probe_s(config_.probe_s * slow);
+      }
       report.set_model_changed(changed);
       if (config_.stage_capacity_bytes >= 0) {
         report.set_stage_memory_capacity_bytes(config_.stage_capacity_bytes);
@@ -370,9 +467,9 @@ absl::StatusOr<JobReplayResult> Replay::Run() {
         const core::TraceLayer& t = record.layers[static_cast<size_t>(l)];
         dynmo::v1::LayerSample* sample = report.add_layers();
         sample->set_layer(l);
-        sample->set_fwd_s(t.fwd_s);
-        sample->set_bwd_s(t.bwd_s);
-        sample->set_wgrad_s(t.wgrad_s);
+        sample->set_fwd_s(t.fwd_s * slow);
+        sample->set_bwd_s(t.bwd_s * slow);
+        sample->set_wgrad_s(t.wgrad_s * slow);
         sample->set_resident_bytes(t.mem_bytes);
         sample->set_params(layers[static_cast<size_t>(l)].params);
       }
@@ -389,6 +486,9 @@ absl::StatusOr<JobReplayResult> Replay::Run() {
   }
   result_.speedup =
       result_.dynamic_total_s > 0 ? result_.static_total_s / result_.dynamic_total_s : 1;
+  if (result_.oracle_total_s > 0) {
+    result_.oracle_speedup = result_.static_total_s / result_.oracle_total_s;
+  }
   const double n_records = static_cast<double>(std::max(1, result_.iterations));
   result_.mean_imbalance_static /= n_records;
   result_.mean_imbalance_dynamic /= n_records;
@@ -416,6 +516,24 @@ absl::Status ValidateJobReplayConfig(const JobReplayConfig& c) {
     return absl::InvalidArgumentError(absl::StrCat(
         "migration bandwidth must be finite and >= 0 (0 = free), got ",
         c.migration_bandwidth_bytes_per_s));
+  }
+  for (const SpeedChange& sc : c.stragglers) {
+    if (sc.rank < 0 || sc.rank >= c.pp * c.dp) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "straggler rank ", sc.rank, " outside [0, ", c.pp * c.dp, ")"));
+    }
+    if (!std::isfinite(sc.speed) || sc.speed <= 0 || sc.speed > 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("straggler speed must be in (0, 1], got ", sc.speed));
+    }
+    if (sc.from_iteration < 0 || (sc.to_iteration >= 0 && sc.to_iteration <= sc.from_iteration)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "straggler iterations must be 0 <= from < to, got ", sc.from_iteration, " and ",
+          sc.to_iteration));
+    }
+  }
+  if (c.probe_every < 0 || !std::isfinite(c.probe_s) || c.probe_s <= 0) {
+    return absl::InvalidArgumentError("probe_every must be >= 0 and probe_s > 0");
   }
   if (c.bytes_per_param < 0) {
     return absl::InvalidArgumentError(

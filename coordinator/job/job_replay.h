@@ -11,8 +11,10 @@
 //
 // Each record counts as one iteration. Its time is core::CostOfGrid's
 // iteration time for the grid in force (the pipeline simulator plus the
-// data-parallel all-reduce); static keeps the uniform split on pp x dp all
-// along. An applied plan costs its migration bytes over the migration
+// data-parallel all-reduce), each stage at its slowest replica's true speed
+// when stragglers are set (their layer times and speed probes are reported
+// slowed, so the coordinator must find them as it would live); static keeps
+// the uniform split on pp x dp all along. An applied plan costs its migration bytes over the migration
 // bandwidth (a re-shape: its copies). GPU-seconds count the active ranks.
 //
 // The machine is driven through a ReplayTarget, so a test can drive a live
@@ -40,6 +42,16 @@
 
 namespace dynmo::service {
 
+// A rank running at `speed` (relative, (0, 1]) over iterations
+// [from_iteration, to_iteration); to_iteration < 0: to the end. A straggler:
+// a throttled GPU, a noisy neighbour.
+struct SpeedChange {
+  int rank = 0;  // global rank, stage * dp + replica at the start
+  double speed = 1;
+  int64_t from_iteration = 0;
+  int64_t to_iteration = -1;
+};
+
 struct JobReplayConfig {
   int pp = 4;
   int dp = 1;
@@ -54,6 +66,17 @@ struct JobReplayConfig {
   // (16: fp16 weights and grads, fp32 master weights, Adam's two moments,
   // as the scenarios assume); 0 = no parameters (no all-reduce).
   int64_t bytes_per_param = 16;
+  // Ranks slower than the rest, and when (none: every rank at speed 1). A
+  // slow rank measures its layers and its speed probe 1/speed times as long.
+  std::vector<SpeedChange> stragglers;
+  // Iterations between the simulated ranks' speed probes (0: never), as
+  // dynmo-train's --speed_probe_every; a probe takes probe_s at speed 1.
+  int probe_every = 10;
+  double probe_s = 0.001;
+  // Also price every record on its own optimum over the starting pp x dp
+  // grid at the ranks' true speeds, moved for free: re-partitioning's
+  // ceiling (JobReplayResult::oracle_total_s).
+  bool oracle = false;
   // A rank flags "the model changed" (what on-event waits for) when its
   // layers' times moved by more than this since the previous record.
   double change_threshold = 0.05;
@@ -88,6 +111,8 @@ struct JobReplayResult {
   double static_gpu_s = 0;     // iteration time x ranks, summed
   double dynamic_gpu_s = 0;
   double migration_s = 0;
+  double oracle_total_s = 0;   // with `oracle`; 0 otherwise
+  double oracle_speedup = 0;   // static_total_s / oracle_total_s
   // Means over records of Imbalance(StageLoads) and the pipeline
   // simulator's bubble ratio, for static's grid and the grid in force.
   double mean_imbalance_static = 0;
@@ -95,6 +120,11 @@ struct JobReplayResult {
   double mean_bubble_static = 0;
   double mean_bubble_dynamic = 0;
   std::vector<ReplayedPlan> plans;
+  // Per record: its iteration and what it took static and under DynMo (a
+  // plan's migration pause counted in the iteration it applied at).
+  std::vector<int64_t> record_iterations;
+  std::vector<double> static_iteration_s;
+  std::vector<double> dynamic_iteration_s;
   core::Boundaries final_boundaries;
   std::vector<int> final_active_stages;
   int final_pp = 0;

@@ -5,7 +5,7 @@
 //
 //   dynmo-sim --schedule {gpipe,1f1b,zb-h1} --microbatches M
 //             (--stages P --fwd F --bwd B --wgrad W | --stage-times F:B:W,...)
-//             [--comm C] [--svg FILE]
+//             [--comm C] [--svg FILE] [--perfetto FILE]
 //
 // A dynamic model's trace replayed static against dynamic through the
 // coordinator's own job machine (coordinator/job/job_replay.h), from a JSON
@@ -16,6 +16,7 @@
 //             [--trigger auto|every:N|on-event|manual|on-change[:T]]
 //             [--dp D] [--elastic none|release|reshape] [--repack-tolerance T]
 //             [--bandwidth BYTES_PER_S] [--capacity BYTES] [--oracle]
+//             [--straggler RANK:SPEED[:FROM[:TO]],...]
 //             [--iterations K] [--seed S] [--units blocks|halves] [--layers L]
 //             [--write-trace FILE]
 //
@@ -51,13 +52,14 @@ constexpr char kUsage[] =
     "usage: dynmo-sim --schedule {gpipe,1f1b,zb-h1} --microbatches M\n"
     "                 (--stages P --fwd F --bwd B --wgrad W |"
     " --stage-times F:B:W,...)\n"
-    "                 [--comm C] [--svg FILE]\n"
+    "                 [--comm C] [--svg FILE] [--perfetto FILE]\n"
     "       dynmo-sim (--trace FILE | --scenario NAME) --stages P\n"
     "                 [--schedule S] [--microbatches M] [--balancer METHOD]\n"
     "                 [--trigger auto|every:N|on-event|manual|on-change[:T]]\n"
     "                 [--dp D] [--elastic none|release|reshape]"
     " [--repack-tolerance T]\n"
     "                 [--bandwidth BYTES_PER_S] [--capacity BYTES] [--oracle]\n"
+    "                 [--straggler RANK:SPEED[:FROM[:TO]],...] [--perfetto FILE]\n"
     "                 [--iterations K] [--seed S] [--units blocks|halves]\n"
     "                 [--layers L] [--write-trace FILE]\n"
     "\n"
@@ -69,7 +71,13 @@ constexpr char kUsage[] =
     "reshape re-groups the same ranks into pp' x dp'; --repack-tolerance the\n"
     "bottleneck loss a re-pack may cost (default 0.02). --oracle adds each\n"
     "iteration on its own optimum, moved for free: re-partitioning's ceiling.\n"
+    "--straggler 3:0.5:100:300 runs rank 3 at half speed over iterations\n"
+    "[100, 300): its layers and speed probe take twice as long, and the\n"
+    "coordinator must find it from the probes, as it would live.\n"
     "on-change[:T] runs the trace-only replay instead (not the daemon's rule).\n"
+    "--perfetto FILE writes a chrome trace-event JSON that ui.perfetto.dev opens:\n"
+    "a simulated iteration with a track per stage and PyTorch's PP:<stage><F|B|W><mb>\n"
+    "action names, or a replay's static and DynMo iterations with every plan.\n"
     "--layers L repeats or scales a recorded trace to L layers; a scenario's\n"
     "--units halves makes each block's attention and MLP two pipeline units.\n"
     "scenarios: pruning freezing sparse-attention early-exit moe mod\n";
@@ -90,6 +98,12 @@ int RunSimulation(const CliArgs& args) {
       return kWriteFailureExit;
     }
   }
+  if (std::optional<std::string> path = args.Get("perfetto")) {
+    if (!WriteFile(*path, run->perfetto.dump())) {
+      std::cerr << kTool << ": cannot write '" << *path << "'\n";
+      return kWriteFailureExit;
+    }
+  }
   std::cout << run->json.dump() << "\n";
   return 0;
 }
@@ -97,6 +111,15 @@ int RunSimulation(const CliArgs& args) {
 int RunReplay(const CliArgs& args) {
   absl::StatusOr<dynmo::tools::ReplayRun> run = dynmo::tools::ReplayCommand(args);
   if (!run.ok()) return FailUsage(kTool, run.status().message());
+  if (std::optional<std::string> path = args.Get("perfetto")) {
+    if (run->perfetto.is_null()) {
+      return FailUsage(kTool, "--perfetto needs one of the coordinator's triggers, not on-change");
+    }
+    if (!WriteFile(*path, run->perfetto.dump())) {
+      std::cerr << kTool << ": cannot write '" << *path << "'\n";
+      return kWriteFailureExit;
+    }
+  }
   if (std::optional<std::string> out = args.Get("write-trace")) {
     if (!WriteFile(*out, formats::TraceToJsonl(run->trace))) {
       std::cerr << kTool << ": cannot write '" << *out << "'\n";

@@ -11,6 +11,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "coordinator/core/partition.h"
 #include "coordinator/core/reshape.h"
@@ -18,6 +19,7 @@
 #include "coordinator/core/rebalance_trigger.h"
 #include "coordinator/core/scenario.h"
 #include "coordinator/core/trace_depth.h"
+#include "coordinator/formats/chrome_trace.h"
 #include "coordinator/formats/sim_json.h"
 #include "coordinator/formats/trace_json.h"
 #include "coordinator/job/job_replay.h"
@@ -31,13 +33,15 @@ namespace formats = dynmo::formats;
 // Flags that only one mode reads; giving one to the other mode is an error
 // rather than silently ignored.
 const std::vector<std::string> kSimulationOnly = {
-    "fwd", "bwd", "wgrad", "stage-times", "comm", "svg"};
+    "fwd", "bwd", "wgrad", "stage-times", "comm", "svg"};  // --perfetto: both
 const std::vector<std::string> kReplayOnly = {
     "balancer", "trigger", "bandwidth", "capacity",         "iterations", "seed",
-    "layers",   "write-trace", "dp",    "elastic", "repack-tolerance", "oracle", "units"};
+    "layers",   "write-trace", "dp",    "elastic", "repack-tolerance", "oracle", "units",
+    "straggler"};
 // Flags the coordinator's engine reads and the trace-only on-change replay
 // does not.
-const std::vector<std::string> kCoordinatorOnly = {"dp", "elastic", "repack-tolerance"};
+const std::vector<std::string> kCoordinatorOnly = {"dp", "elastic", "repack-tolerance",
+                                                   "straggler"};
 const std::vector<std::string> kScenarioOnly = {"iterations", "seed", "units"};
 
 absl::Status Usage(absl::string_view message) {
@@ -277,7 +281,27 @@ struct CoordinatorFlags {
   std::string elastic = "none";  // none | release | reshape
   double repack_tolerance = 0.02;
   bool oracle = false;
+  std::vector<service::SpeedChange> stragglers;
 };
+
+// --straggler RANK:SPEED[:FROM[:TO]],... (global ranks; iterations).
+absl::StatusOr<std::vector<service::SpeedChange>> ParseStragglers(absl::string_view text) {
+  std::vector<service::SpeedChange> out;
+  for (absl::string_view item : absl::StrSplit(text, ',')) {
+    std::vector<absl::string_view> parts = absl::StrSplit(item, ':');
+    service::SpeedChange c;
+    bool ok = parts.size() >= 2 && parts.size() <= 4 && absl::SimpleAtoi(parts[0], &c.rank) &&
+              absl::SimpleAtod(parts[1], &c.speed) && std::isfinite(c.speed);
+    if (ok && parts.size() >= 3) ok = absl::SimpleAtoi(parts[2], &c.from_iteration);
+    if (ok && parts.size() == 4) ok = absl::SimpleAtoi(parts[3], &c.to_iteration);
+    if (!ok) {
+      return Usage(absl::StrCat("--straggler entry '", item,
+                                "' wants RANK:SPEED[:FROM[:TO]] (e.g. 3:0.5:100:300)"));
+    }
+    out.push_back(c);
+  }
+  return out;
+}
 
 absl::StatusOr<CoordinatorFlags> CoordinatorFlagsFrom(const CliArgs& args) {
   CoordinatorFlags f;
@@ -297,6 +321,11 @@ absl::StatusOr<CoordinatorFlags> CoordinatorFlagsFrom(const CliArgs& args) {
   }
   f.repack_tolerance = tol->value_or(f.repack_tolerance);
   f.oracle = args.Has("oracle");
+  if (std::optional<std::string> text = args.Get("straggler")) {
+    absl::StatusOr<std::vector<service::SpeedChange>> st = ParseStragglers(*text);
+    if (!st.ok()) return st.status();
+    f.stragglers = *std::move(st);
+  }
   return f;
 }
 
@@ -317,6 +346,8 @@ service::JobReplayConfig JobReplayConfigOf(const core::ReplayConfig& c,
   policy.repack_tolerance = f.repack_tolerance;
   policy.elastic = f.elastic == "reshape" ? service::Elastic::kReshape
                                           : service::Elastic::kRelease;
+  job.stragglers = f.stragglers;
+  job.oracle = f.oracle;
   // The auto gate prices a migration at the link the replay charges it at.
   if (c.migration_bandwidth_bytes_per_s > 0) {
     job.options.auto_options.bandwidth_bytes_per_s = c.migration_bandwidth_bytes_per_s;
@@ -339,10 +370,24 @@ nlohmann::ordered_json JobReplayToJson(const service::JobReplayResult& r,
   if (f.elastic != "none") j["repack_tolerance"] = f.repack_tolerance;
   j["plan_lead_iterations"] = c.options.plan_lead_iterations;
   j["migration_bandwidth"] = c.migration_bandwidth_bytes_per_s;
+  if (!c.stragglers.empty()) {
+    nlohmann::ordered_json st = nlohmann::ordered_json::array();
+    for (const service::SpeedChange& x : c.stragglers) {
+      st.push_back({{"rank", x.rank}, {"speed", x.speed}, {"from", x.from_iteration},
+                    {"to", x.to_iteration}});
+    }
+    j["stragglers"] = st;
+  }
   j["iterations"] = r.iterations;
   j["static_total_s"] = r.static_total_s;
   j["dynamic_total_s"] = r.dynamic_total_s;
   j["speedup"] = r.speedup;
+  if (f.oracle) {
+    j["oracle"] = {{"what", "re-partition ceiling: each iteration on its own optimum over "
+                            "the starting grid at the ranks' true speeds, moved for free"},
+                   {"total_s", r.oracle_total_s},
+                   {"speedup", r.oracle_speedup}};
+  }
   j["gpu_hours"] = {{"static", r.static_gpu_s / 3600}, {"dynamic", r.dynamic_gpu_s / 3600}};
   int applied = 0;
   int64_t moved = 0;
@@ -380,6 +425,34 @@ nlohmann::ordered_json JobReplayToJson(const service::JobReplayResult& r,
   j["rebalance_iters"] = applied_at;
   j["plans"] = plans;
   return j;
+}
+
+// Static and DynMo iteration by iteration, each plan decided and applied
+// as an instant event on the DynMo track.
+nlohmann::ordered_json ReplayTimeline(const service::JobReplayResult& r,
+                                      const std::string& source) {
+  std::vector<formats::TimelineTrack> tracks(2);
+  tracks[0].name = "static";
+  tracks[1].name = "DynMo";
+  for (formats::TimelineTrack& t : tracks) t.iterations = r.record_iterations;
+  tracks[0].seconds = r.static_iteration_s;
+  tracks[1].seconds = r.dynamic_iteration_s;
+  std::vector<formats::TimelineMark> marks;
+  for (const service::ReplayedPlan& p : r.plans) {
+    std::map<std::string, std::string> args = {
+        {"reason", p.reason},
+        {"grid", absl::StrCat(p.pp, "x", p.dp)},
+        {"boundaries", absl::StrJoin(p.boundaries, ",")},
+        {"migration_bytes", absl::StrCat(p.migration_bytes)},
+        {"outcome", p.outcome}};
+    marks.push_back({"DynMo", p.decided_iteration,
+                     absl::StrCat("plan ", p.epoch, " decided"), args});
+    if (p.outcome == "applied") {
+      marks.push_back({"DynMo", p.apply_iteration, absl::StrCat("plan ", p.epoch, " applied"),
+                       args});
+    }
+  }
+  return formats::TimelineToChromeTrace(tracks, marks, absl::StrCat("dynmo-sim ", source));
 }
 
 // Each record on its own exact optimum over pp stages (x dp replicas),
@@ -424,7 +497,7 @@ const std::set<std::string>& SimValueFlags() {
       "wgrad",     "stage-times",  "comm",    "svg",        "trace",
       "scenario",  "balancer",     "trigger", "iterations", "seed",
       "bandwidth", "capacity",     "layers",  "write-trace", "dp",
-      "elastic",   "repack-tolerance", "units"};
+      "elastic",   "repack-tolerance", "units", "straggler", "perfetto"};
   return *flags;
 }
 
@@ -449,6 +522,7 @@ absl::StatusOr<SimRun> SimulateCommand(const CliArgs& args) {
   run.title = absl::StrCat(core::ScheduleName(run.config.schedule), ", ",
                            run.config.stages.size(), " stages, ",
                            run.config.microbatches, " micro-batches");
+  run.perfetto = formats::SimResultToChromeTrace(run.result, run.title);
   return run;
 }
 
@@ -487,8 +561,9 @@ absl::StatusOr<ReplayRun> ReplayCommand(const CliArgs& args) {
     run.json["engine"] = "coordinator";
     const nlohmann::ordered_json replay = JobReplayToJson(*result, job, *coordinator);
     for (const auto& [key, value] : replay.items()) run.json[key] = value;
+    run.perfetto = ReplayTimeline(*result, source);
   }
-  if (coordinator->oracle) {
+  if (coordinator->oracle && on_change) {
     absl::StatusOr<nlohmann::ordered_json> oracle =
         OracleJson(run.trace, *config, coordinator->dp,
                    run.json["static_total_s"].get<double>());

@@ -37,6 +37,7 @@ struct SimRun {
   core::SimResult result;
   nlohmann::ordered_json json;   // {"iteration_time":..,"bubble_ratio":..,..}
   std::string title;             // for the Gantt chart
+  nlohmann::ordered_json perfetto;  // chrome trace-event JSON (--perfetto)
 };
 
 // One iteration of a schedule from the flags of the first mode.
@@ -45,6 +46,9 @@ absl::StatusOr<SimRun> SimulateCommand(const CliArgs& args);
 struct ReplayRun {
   core::Trace trace;             // as replayed (after --layers)
   nlohmann::ordered_json json;   // {"source":..,"layers":..,"engine":..,...}
+  // The coordinator's engine: static and DynMo iteration by iteration, plans
+  // as instant events, as chrome trace-event JSON (--perfetto); null else.
+  nlohmann::ordered_json perfetto;
 };
 
 // A trace replayed static against dynamic from the flags of the second mode.

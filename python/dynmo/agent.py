@@ -107,11 +107,17 @@ class Agent:
 
     def report(self, iteration: int, layers: Iterable[LayerLike], *,
                memory_used_bytes: int = 0, memory_capacity_bytes: int = 0,
-               neighbour_wait_s: float = 0.0, model_changed: bool = False) -> None:
-        """Queues one iteration's per-layer costs (validated; never blocks)."""
+               neighbour_wait_s: float = 0.0, model_changed: bool = False,
+               probe_s: float = 0.0) -> None:
+        """Queues one iteration's per-layer costs (validated; never blocks).
+
+        ``probe_s``: seconds this rank took for the speed probe
+        (``dynmo.torch.speed_probe``), timed like its layers; 0 = not probed.
+        The coordinator tells a slow rank from a heavy layer by it.
+        """
         self._agent.report(iteration, [_layer_tuple(l) for l in layers],
                            memory_used_bytes, memory_capacity_bytes,
-                           neighbour_wait_s, model_changed)
+                           neighbour_wait_s, model_changed, probe_s)
 
     def plan_to_apply_at(self, iteration: int) -> Optional[Plan]:
         """The committed plan due before ``iteration``, or None."""

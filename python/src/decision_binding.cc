@@ -42,7 +42,7 @@ absl::StatusOr<CliArgs> ParseFlags(const char* tool,
 
 // Flags that make the programs write files; the binding returns data instead.
 absl::Status RejectFileFlags(const CliArgs& args) {
-  for (const char* f : {"svg", "write-trace"}) {
+  for (const char* f : {"svg", "write-trace", "perfetto"}) {
     if (args.Has(f)) {
       return absl::InvalidArgumentError(
           absl::StrCat("--", f, " writes a file: not available here"));

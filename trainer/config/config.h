@@ -143,6 +143,9 @@ struct TrainerConfig {
   // cores (4 ranks on 2 cores) still see what each layer costs. cuda
   // always times with events.
   std::string layer_clock = "wall";
+  // Iterations between speed probes (stage/speed_probe.h), whose times tell
+  // the coordinator each rank's speed; 0 = never.
+  int speed_probe_every = 10;
 };
 
 // True for "cuda:N" (N a device index).

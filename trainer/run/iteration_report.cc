@@ -33,7 +33,8 @@ IterationReporter::IterationReporter(const TrainerConfig& config, torch::Device 
 absl::Status IterationReporter::Gather(int64_t iter, PipelineStage& stage,
                                        const StageIterationStats& stats,
                                        bool model_changed, int active_pp,
-                                       Transport& transport, agent::Agent* agent) {
+                                       Transport& transport, agent::Agent* agent,
+                                       double probe_s) {
   std::vector<int> local_ids;
   for (int i = 0; i < stage.num_local_layers(); ++i) {
     local_ids.push_back(stage.first_layer() + i);
@@ -89,6 +90,7 @@ absl::Status IterationReporter::Gather(int64_t iter, PipelineStage& stage,
       sample.layers.push_back(c);
     }
     sample.model_changed = model_changed;
+    sample.probe_s = probe_s;
     sample.memory_used_bytes = memory_used;
     sample.memory_capacity_bytes = memory_capacity_;
     // Never blocks; a rejected sample only costs the coordinator data.

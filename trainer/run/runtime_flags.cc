@@ -4,6 +4,8 @@
 #include <string>
 
 #include "absl/flags/flag.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "trainer/run/train_flags.h"
 
 ABSL_FLAG(std::string, log_json, "", "write one JSON record per iteration to this file");
@@ -19,6 +21,9 @@ ABSL_FLAG(std::string, device, "auto",
 ABSL_FLAG(std::string, layer_clock, "wall",
           "what per-layer times measure on cpu: wall (steady clock) or cpu (CPU time "
           "of the computing thread; robust when ranks share cores)");
+ABSL_FLAG(int, speed_probe_every, 10,
+          "iterations between speed probes: a fixed kernel timed like the layers, "
+          "which tells the coordinator a slow rank from a heavy layer (0: never)");
 ABSL_FLAG(int, timeout_s, 300, "rendezvous and communication timeout, seconds");
 ABSL_FLAG(std::string, save_dir, "",
           "write per-layer checkpoints under DIR/iter_<k>/ (layer_<id>.state + manifest.json)");
@@ -45,6 +50,11 @@ absl::Status ReadRuntimeFlags(TrainerConfig& c) {
   c.backend = absl::GetFlag(FLAGS_backend);
   c.device = absl::GetFlag(FLAGS_device);
   c.layer_clock = absl::GetFlag(FLAGS_layer_clock);
+  c.speed_probe_every = absl::GetFlag(FLAGS_speed_probe_every);
+  if (c.speed_probe_every < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--speed_probe_every must be >= 0 (0: never), got ", c.speed_probe_every));
+  }
   c.save_dir = absl::GetFlag(FLAGS_save_dir);
   c.save_every = absl::GetFlag(FLAGS_save_every);
   c.load_dir = absl::GetFlag(FLAGS_load_dir);

@@ -16,7 +16,10 @@
 #include "agent/agent.h"
 #include "agent/operator_client.h"
 #include "coordinator/core/migration.h"
+#include <time.h>
+
 #include "trainer/comm/device.h"
+#include "trainer/stage/speed_probe.h"
 #include "trainer/comm/transport.h"
 #include "trainer/data/open_token_corpus.h"
 #include "trainer/data/token_corpus.h"
@@ -312,6 +315,9 @@ absl::Status RunTraining(const TrainerConfig& requested, const DistEnv& env,
   RankPosition pos = PositionOfRank(env.rank, config.dp);
   PipelineStage stage(config, *boundaries, pos.stage, pos.dp_rank,
                       transport->get(), corpus->get());
+  SpeedProbe probe(*device, config.layer_clock == "wall"  ? -1
+                            : config.intra_op_threads == 1 ? CLOCK_THREAD_CPUTIME_ID
+                                                           : CLOCK_PROCESS_CPUTIME_ID);
   if (resume) {
     absl::StatusOr<std::vector<OwnedLayer>> loaded = LoadStageLayers(
         resume->dir, config, stage.first_layer(),
@@ -398,8 +404,11 @@ absl::Status RunTraining(const TrainerConfig& requested, const DistEnv& env,
     const int active_pp = static_cast<int>(layout.active_stages.size());
     StageIterationStats stats;
     if (absl::Status s = stage.RunIteration(iter, &stats); !s.ok()) return s;
+    // The speed probe, timed like the layers, every few iterations.
+    const double probe_s =
+        config.speed_probe_every > 0 && iter % config.speed_probe_every == 0 ? probe.Run() : 0;
     if (absl::Status s = reporter.Gather(iter, stage, stats, stage.TakeModelChanged(),
-                                         active_pp, **transport, link.agent.get());
+                                         active_pp, **transport, link.agent.get(), probe_s);
         !s.ok()) {
       return s;
     }

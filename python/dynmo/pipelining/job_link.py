@@ -84,8 +84,9 @@ class JobLink:
                 _log.warning("dynmo.pipelining: acknowledge epoch %d: %s", plan.epoch, e)
 
     def report(self, stage: int, iteration: int, costs: List[LayerCost],
-               memory_used_bytes: int) -> None:
-        self.agents[stage].report(iteration, costs, memory_used_bytes=memory_used_bytes)
+               memory_used_bytes: int, probe_s: float = 0.0) -> None:
+        self.agents[stage].report(iteration, costs, memory_used_bytes=memory_used_bytes,
+                                  probe_s=probe_s)
 
     def close(self) -> None:
         """Flushes and stops the agents (the coordinator: ``stop_coordinator``)."""

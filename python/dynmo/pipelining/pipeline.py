@@ -50,6 +50,7 @@ from dynmo.pipelining.layout import ModelLayout, ModelParts
 from dynmo.pipelining.plan_check import plan_problem
 from dynmo.pipelining.topology import Topology
 from dynmo.torch.plan import agree_on_plan
+from dynmo.torch.speed_probe import speed_probe
 from dynmo.types import Plan
 
 _log = logging.getLogger("dynmo.pipelining")
@@ -109,7 +110,8 @@ class DynamicPipeline:
                  tls_ca: Optional[str] = None, blocks: str = "layers",
                  first: Sequence[str] = ("tok_embeddings",),
                  last: Sequence[str] = ("norm", "output"),
-                 measure_activations: bool = True, timing: bool = True) -> None:
+                 measure_activations: bool = True, timing: bool = True,
+                 speed_probe_every: int = 10) -> None:
         if not dist.is_initialized():
             raise RuntimeError("dynmo.pipelining: call torch.distributed.init_process_group "
                                "first")
@@ -140,6 +142,10 @@ class DynamicPipeline:
                              f"not average the gradients its W actions compute in torch 2.11 "
                              f"(the replicas would drift apart); use GPipe, 1F1B, "
                              f"Interleaved1F1B or LoopedBFS with dp > 1")
+        if speed_probe_every < 0:
+            raise ValueError(f"dynmo.pipelining: speed_probe_every must be >= 0 (0: never), "
+                             f"got {speed_probe_every}")
+        self.speed_probe_every = speed_probe_every
         self.device = torch.device(device) if device is not None else torch.device("cpu")
         self.n_microbatches = n_microbatches
         self.loss_fn = loss_fn
@@ -244,9 +250,15 @@ class DynamicPipeline:
         self.meter.end()
         if self._link is None or self.released:
             return
+        # Every few iterations the speed probe, timed like the layers: the
+        # coordinator tells a slow rank from heavy layers by it.
+        probe_s = (speed_probe(self.device)
+                   if self.speed_probe_every > 0 and iteration % self.speed_probe_every == 0
+                   else 0.0)
         for stage in self._link.agents:
             costs = self.meter.costs(self._range(stage), self.parts.held, self.optimizer)
-            self._link.report(stage, iteration, costs, self.meter.memory_used(costs))
+            self._link.report(stage, iteration, costs, self.meter.memory_used(costs),
+                              probe_s=probe_s)
 
     @property
     def layer_seconds(self) -> Dict[int, float]:

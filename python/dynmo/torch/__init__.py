@@ -13,15 +13,19 @@ per-layer costs to the coordinator and to apply its plans.
 - ``agree_on_plan`` and ``apply_plan`` (plan.py): every rank holds the
   plan or none switches, then a stage's layers (an ``nn.ModuleList``) and
   its optimizer follow the plan's moves.
+- ``speed_probe`` (speed_probe.py): a fixed kernel timed like the layers;
+  its seconds in ``Agent.report(probe_s=...)`` tell the coordinator a slow
+  rank from heavy layers.
 
 Importing this module imports torch; ``import dynmo`` alone does not.
 """
 from dynmo.torch.memory import layer_costs, layer_memory, tensor_bytes
 from dynmo.torch.migration import recv_layer, send_layer
 from dynmo.torch.plan import StageLayers, agree_on_plan, apply_plan
+from dynmo.torch.speed_probe import speed_probe
 from dynmo.torch.timing import LayerTimer
 
 __all__ = [
     "LayerTimer", "StageLayers", "agree_on_plan", "apply_plan", "layer_costs",
-    "layer_memory", "recv_layer", "send_layer", "tensor_bytes",
+    "layer_memory", "recv_layer", "send_layer", "speed_probe", "tensor_bytes",
 ]

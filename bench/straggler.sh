@@ -1,0 +1,88 @@
+#!/bin/bash
+# A straggler on real cores: two ranks of dynmo-train (8 blocks = 10 pipeline
+# layers), each pinned to its own core, and rank 1's core shared with a busy
+# loop, so rank 1 really runs at about half speed (no sleep anywhere in
+# DynMo's code). Side by side, each under the same throttle:
+#   static-balanced  the split that is best unthrottled (0,5,10), fixed;
+#   static-best      the best fixed split under the throttle, found by
+#                    trying every split;
+#   dynmo            the coordinator (embedded, auto trigger, speed probes
+#                    every 10 iterations) starting from 0,5,10;
+# and, without the throttle, dynmo again (no plan expected). Prints tokens/s
+# (median of the last half of the iterations), the final split, the
+# rank speeds the coordinator saw, and whether the losses match.
+#   bash bench/straggler.sh BIN_DIR [OUT_DIR]    (STEPS=120 by default)
+# Needs taskset (util-linux) and two cores.
+set -euo pipefail
+bin=${1:?usage: straggler.sh BIN_DIR [OUT_DIR]}
+out=${2:-$(mktemp -d /tmp/dynmo-straggler.XXXXXX)}
+steps=${STEPS:-120}
+mkdir -p "$out"
+. "$(dirname "$0")/local_ranks.sh"
+
+model=(--pp=2 --layers=8 --hidden=128 --heads=4 --seq_len=64 --micro_batch=4
+       --microbatches=8 --intra_op_threads=1 --timeout_s=120 --steps="$steps")
+
+busy_pid=""
+throttle_on() {  # a busy loop sharing rank 1's core
+  taskset -c 1 bash -c 'while :; do :; done' &
+  busy_pid=$!
+}
+throttle_off() {
+  if [ -n "$busy_pid" ]; then kill "$busy_pid" 2>/dev/null || true; wait "$busy_pid" 2>/dev/null || true; fi
+  busy_pid=""
+}
+trap throttle_off EXIT
+
+# run NAME FLAGS...: rank r pinned to core r.
+run() {
+  local name=$1 port r pids=()
+  shift
+  port=$(free_port)
+  for r in 0 1; do
+    RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
+      MASTER_PORT=$port DYNMO_COORDINATOR=none \
+      taskset -c $r "$bin/dynmo-train" "${model[@]}" --log_json="$out/$name.jsonl" "$@" \
+      > "$out/$name.rank$r.out" 2>&1 &
+    pids+=($!)
+  done
+  wait "${pids[@]}"
+}
+
+summary() {  # NAME...
+  python3 - "$out" "$@" <<'PY'
+import json, sys, statistics
+out, names = sys.argv[1], sys.argv[2:]
+for n in names:
+    recs = [json.loads(l) for l in open(f"{out}/{n}.jsonl") if l.strip()]
+    half = recs[len(recs) // 2:]
+    tps = statistics.median(r["tokens_per_s"] for r in half)
+    print(f"{n:22s} {tps:9.0f} tok/s  final split {','.join(map(str, recs[-1]['boundaries']))}"
+          f"  epochs {recs[-1]['epoch']}")
+PY
+}
+
+echo "== throttled: rank 1's core shared with a busy loop =="
+throttle_on
+run static-balanced --initial_boundaries=0,5,10
+for cut in 4 6 7 8; do
+  run "static-$cut" --initial_boundaries=0,$cut,10
+done
+run dynmo --initial_boundaries=0,5,10 --coordinator=embedded --job=straggler
+throttle_off
+echo "== unthrottled =="
+run dynmo-unthrottled --initial_boundaries=0,5,10 --coordinator=embedded --job=calm
+run static-unthrottled --initial_boundaries=0,5,10
+
+summary static-balanced static-4 static-6 static-7 static-8 dynmo dynmo-unthrottled \
+  static-unthrottled
+grep -h "rank_speed\|plan_applied" "$out"/dynmo.rank0.out | sed 's/^/  /' | head -20 || true
+python3 - "$out" <<'PY'
+import json, sys
+out = sys.argv[1]
+def losses(n):
+    return [json.loads(l)["loss"] for l in open(f"{out}/{n}.jsonl") if l.strip()]
+same = losses("dynmo") == losses("static-balanced")
+print("losses dynmo vs static-balanced (throttled):", "identical" if same else "DIFFER")
+PY
+echo "logs: $out"

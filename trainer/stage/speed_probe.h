@@ -1,0 +1,37 @@
+// SpeedProbe: a fixed piece of work every rank times the same way as its
+// layers (LayerClock: the steady clock or a CPU-time clock on cpu, CUDA
+// events on a GPU), so the coordinator can tell a slow rank from a heavy
+// layer (coordinator/core/rank_speed.h). The work is a chain of matrix
+// products of one seeded 128 x 128 matrix on the rank's device: the same
+// kind of kernel the layers run, small enough (~0.1-2 ms) to run every few
+// iterations. A throttled GPU or a CPU core shared with another process
+// takes longer for it, and so for every layer the rank holds; the CPU-time
+// clock (--layer_clock=cpu) sees neither, by design.
+//
+// Not thread-safe: one per rank's training thread.
+#ifndef DYNMO_TRAINER_STAGE_SPEED_PROBE_H_
+#define DYNMO_TRAINER_STAGE_SPEED_PROBE_H_
+
+#include <torch/types.h>
+
+#include "trainer/stage/layer_clock.h"
+
+namespace dynmo::trainer {
+
+class SpeedProbe {
+ public:
+  // `cpu_clock_id` as LayerClock's.
+  SpeedProbe(torch::Device device, int cpu_clock_id);
+
+  // Runs the probe once and returns its seconds (cuda: waits for it).
+  double Run();
+
+ private:
+  LayerClock clock_;
+  torch::Tensor a_;
+  torch::Tensor b_;
+};
+
+}  // namespace dynmo::trainer
+
+#endif  // DYNMO_TRAINER_STAGE_SPEED_PROBE_H_
