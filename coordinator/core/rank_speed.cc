@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -32,11 +34,11 @@ absl::Status ValidateRankSpeedOptions(const RankSpeedOptions& o) {
 
 RankSpeeds::RankSpeeds(int ranks, const RankSpeedOptions& options)
     : options_(options),
-      mean_(static_cast<size_t>(std::max(ranks, 0)), 0.0),
-      var_(mean_.size(), 0.0),
-      published_(mean_.size(), 1.0),
-      agreeing_(mean_.size(), 0),
-      count_(mean_.size(), 0) {}
+      level_(static_cast<size_t>(std::max(ranks, 0)), 0.0),
+      var_(level_.size(), 0.0),
+      published_(level_.size(), 1.0),
+      count_(level_.size(), 0),
+      pending_(level_.size()) {}
 
 double RankSpeeds::speed(int rank) const {
   if (rank < 0 || rank >= ranks()) return 1.0;
@@ -45,59 +47,92 @@ double RankSpeeds::speed(int rank) const {
 
 double RankSpeeds::probe_s(int rank) const {
   if (rank < 0 || rank >= ranks()) return 0;
-  return mean_[static_cast<size_t>(rank)];
+  return level_[static_cast<size_t>(rank)];
 }
 
-double RankSpeeds::RawSpeed(int rank, double* sd) const {
-  const size_t r = static_cast<size_t>(rank);
-  // The fastest rank that probed: the smallest smoothed probe time.
-  size_t fastest = r;
-  for (size_t k = 0; k < mean_.size(); ++k) {
-    if (mean_[k] > 0 && mean_[k] < mean_[fastest]) fastest = k;
+bool RankSpeeds::Warm(size_t r) const { return count_[r] >= options_.warmup; }
+
+
+double RankSpeeds::RelativeNoise(size_t r) const {
+  // Every rank runs the same probe: their spreads are pooled (a rank's own
+  // few probes can look deceptively steady), and a rank's own spread counts
+  // where it is larger.
+  double pooled = 0;
+  int warm = 0;
+  for (size_t k = 0; k < level_.size(); ++k) {
+    if (!Warm(k) || level_[k] <= 0) continue;
+    pooled += var_[k] / (level_[k] * level_[k]);
+    ++warm;
   }
-  const double speed = std::min(1.0, mean_[fastest] / mean_[r]);
-  // Relative noise of each probe mean; the ratio's relative noise adds them
-  // in quadrature.
-  const double rel_r = std::sqrt(var_[r]) / mean_[r];
-  const double rel_f = fastest == r ? 0 : std::sqrt(var_[fastest]) / mean_[fastest];
-  *sd = speed * std::sqrt(rel_r * rel_r + rel_f * rel_f);
-  return speed;
+  pooled = warm > 0 ? std::sqrt(pooled / warm) : 0;
+  const double own = level_[r] > 0 ? std::sqrt(var_[r]) / level_[r] : 0;
+  return std::max(own, pooled);
 }
 
 bool RankSpeeds::AddProbe(int rank, double probe_s) {
   if (rank < 0 || rank >= ranks() || !std::isfinite(probe_s) || probe_s <= 0) return false;
   const size_t r = static_cast<size_t>(rank);
   const int n = ++count_[r];
-  if (n == 1) {
-    mean_[r] = probe_s;
+  if (n <= options_.warmup) {
+    // Plain running mean and sample variance of the first probes (Welford;
+    // var_ holds the sum of squares until the warm-up ends).
+    const double d = probe_s - level_[r];
+    level_[r] += d / n;
+    var_[r] += d * (probe_s - level_[r]);
+    if (n == options_.warmup) var_[r] = n > 1 ? var_[r] / (n - 1) : 0;
   } else {
-    // The first samples are averaged plainly, later ones smoothed.
-    const double w = std::max(options_.smoothing, 1.0 / n);
-    const double wv = std::max(options_.noise_smoothing, 1.0 / (n - 1));
-    const double d = probe_s - mean_[r];
-    var_[r] = (1 - wv) * var_[r] + wv * d * d;
-    mean_[r] += w * d;
-  }
-  // Every rank's published speed is checked again: a faster rank joining
-  // (or the fastest slowing) moves the reference of all.
-  bool changed = false;
-  for (size_t k = 0; k < mean_.size(); ++k) {
-    if (mean_[k] == 0) continue;
-    if (count_[k] < options_.warmup) continue;
-    double sd = 0;
-    const double raw = RawSpeed(static_cast<int>(k), &sd);
-    const double gap = std::fabs(raw - published_[k]);
-    const bool wants = gap > options_.min_change * published_[k] && gap > options_.sigmas * sd;
-    // Only a probe of the rank itself (or of the reference) counts as a new
-    // confirmation of its change; otherwise the count stays.
-    if (!wants) {
-      agreeing_[k] = 0;
-      continue;
+    const double gate =
+        std::max(options_.min_change, options_.sigmas * RelativeNoise(r)) * level_[r];
+    const double d = probe_s - level_[r];
+    std::vector<double>& pending = pending_[r];
+    if (std::fabs(d) <= gate) {
+      // Agrees with the level: smoothed in, and its spread is noise.
+      var_[r] = (1 - options_.noise_smoothing) * var_[r] + options_.noise_smoothing * d * d;
+      level_[r] += options_.smoothing * d;
+      pending.clear();
+    } else {
+      // A step, or an outlier: a new level only once `confirmations`
+      // probes in a row agree on its side.
+      if (!pending.empty() && (pending.back() > level_[r]) != (probe_s > level_[r])) {
+        pending.clear();
+      }
+      pending.push_back(probe_s);
+      if (static_cast<int>(pending.size()) >= options_.confirmations) {
+        double sum = 0;
+        for (double p : pending) sum += p;
+        level_[r] = sum / static_cast<double>(pending.size());
+        pending.clear();
+      }
     }
-    if (k == r || agreeing_[k] == 0) ++agreeing_[k];
-    if (agreeing_[k] >= options_.confirmations) {
+  }
+  return Publish();
+}
+
+bool RankSpeeds::Publish() {
+  // The reference "full speed": the lower quartile of the warmed-up ranks'
+  // levels. Not the smallest, which noise alone pulls down as ranks are
+  // added (every rank would look a little slow); not the median, which a
+  // pool of half fast, half slow cards would put among the slow ones. With
+  // two to four ranks it is the fastest.
+  std::vector<double> warm;
+  for (size_t k = 0; k < level_.size(); ++k) {
+    if (Warm(k)) warm.push_back(level_[k]);
+  }
+  if (warm.empty()) return false;
+  const size_t q = (warm.size() - 1) / 4;
+  std::nth_element(warm.begin(), warm.begin() + static_cast<std::ptrdiff_t>(q), warm.end());
+  const double ref = warm[q];
+  // The ratio's noise is taken as two probes' (not two smoothed levels',
+  // which are steadier): conservative, since the reference is the smallest
+  // of several noisy levels.
+  bool changed = false;
+  for (size_t k = 0; k < level_.size(); ++k) {
+    if (!Warm(k)) continue;
+    const double raw = std::min(1.0, ref / level_[k]);
+    const double sd = raw * std::sqrt(2.0) * RelativeNoise(k);
+    const double gap = std::fabs(raw - published_[k]);
+    if (gap > options_.min_change * published_[k] && gap > options_.sigmas * sd) {
       published_[k] = raw;
-      agreeing_[k] = 0;
       changed = true;
     }
   }

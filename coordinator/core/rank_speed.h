@@ -9,18 +9,19 @@
 // speed 1, and t' = t * s / s' on a rank of speed s'. The partitioners price
 // a stage's load at load / speed (cost_model.h).
 //
-// Each rank's probe time is smoothed (an EWMA) and its spread tracked (an
-// EWMA of the squared deviation, as cost_noise.h does for layers); the
-// first probes are averaged plainly (weight max(w, 1/n)), so neither
-// estimate starts from nothing, and a rank's speed stays until it probed
-// `warmup` times. The
-// published speed of rank r is fastest_probe / probe_r, and it moves only
-// when the new value differs from the published one by more than both
-// `min_change` and `sigmas` standard deviations of the ratio's noise, for
-// `confirmations` probes of that rank in a row: a throttle that starts
-// or ends is followed within a bounded number of probes, and noise on
-// equal ranks never moves a speed (no flip-flop). Ranks never probed are at
-// speed 1.
+// Each rank keeps a level — the probe time it runs at — and the spread of
+// its probes around it. The first `warmup` probes set both (a plain mean and
+// variance). After that a probe within max(min_change, sigmas * spread) of
+// the level is smoothed into it (an EWMA) and into the spread; one beyond is
+// a step or an outlier: `confirmations` such probes in a row on the same side
+// make their mean the new level at once (a throttle that starts or ends),
+// while a lone outlier changes nothing and a step never inflates the spread.
+// The published speed of rank r is the reference level (the lower quartile
+// of the ranks' levels: the fastest with up to four ranks) over r's, at most
+// 1; it
+// moves only by more than min_change and `sigmas` standard deviations of
+// the levels' ratio, so noise on equal ranks never moves a speed (no
+// flip-flop). Ranks that have not finished their warm-up run at speed 1.
 //
 // Pure and deterministic; thread-compatible.
 #ifndef DYNMO_COORDINATOR_CORE_RANK_SPEED_H_
@@ -38,7 +39,7 @@ struct RankSpeedOptions {
   double sigmas = 3.0;           // a change must exceed this many sd ...
   double min_change = 0.05;      // ... and this much of the speed
   int confirmations = 3;         // probes in a row that agree
-  int warmup = 5;                // probes of a rank before its speed may move
+  int warmup = 5;                // probes of a rank before it has a speed
 };
 
 // OK for weights in (0, 1], sigmas and min_change finite and >= 0,
@@ -60,19 +61,22 @@ class RankSpeeds {
   // The published speed of `rank`, in (0, 1]; 1 for a rank out of range.
   double speed(int rank) const;
   const std::vector<double>& speeds() const { return published_; }
-  // The smoothed probe time of `rank`; 0 until it probed.
+  // The probe time `rank` runs at (its level); 0 until it probed.
   double probe_s(int rank) const;
 
  private:
-  // The speed the smoothed probes say now, and its noise (one sd).
-  double RawSpeed(int rank, double* sd) const;
+  bool Warm(size_t r) const;
+  // The spread of rank r's probes relative to its level.
+  double RelativeNoise(size_t r) const;
+  // Moves the published speeds the levels now call for; true if any moved.
+  bool Publish();
 
   RankSpeedOptions options_;
-  std::vector<double> mean_;       // smoothed probe seconds; 0 = none yet
-  std::vector<double> var_;        // smoothed squared deviation
+  std::vector<double> level_;      // probe seconds each rank runs at
+  std::vector<double> var_;        // spread of the probes around the level
   std::vector<double> published_;  // what decisions use
-  std::vector<int> agreeing_;      // probes in a row that want a change
   std::vector<int> count_;         // probes so far
+  std::vector<std::vector<double>> pending_;  // probes in a row beyond the gate
 };
 
 }  // namespace dynmo::core

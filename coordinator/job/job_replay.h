@@ -71,7 +71,7 @@ struct JobReplayConfig {
   std::vector<SpeedChange> stragglers;
   // Iterations between the simulated ranks' speed probes (0: never), as
   // dynmo-train's --speed_probe_every; a probe takes probe_s at speed 1.
-  int probe_every = 10;
+  int probe_every = 5;
   double probe_s = 0.001;
   // Also price every record on its own optimum over the starting pp x dp
   // grid at the ranks' true speeds, moved for free: re-partitioning's

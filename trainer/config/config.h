@@ -145,7 +145,7 @@ struct TrainerConfig {
   std::string layer_clock = "wall";
   // Iterations between speed probes (stage/speed_probe.h), whose times tell
   // the coordinator each rank's speed; 0 = never.
-  int speed_probe_every = 10;
+  int speed_probe_every = 5;
 };
 
 // True for "cuda:N" (N a device index).

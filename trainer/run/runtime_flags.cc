@@ -21,7 +21,7 @@ ABSL_FLAG(std::string, device, "auto",
 ABSL_FLAG(std::string, layer_clock, "wall",
           "what per-layer times measure on cpu: wall (steady clock) or cpu (CPU time "
           "of the computing thread; robust when ranks share cores)");
-ABSL_FLAG(int, speed_probe_every, 10,
+ABSL_FLAG(int, speed_probe_every, 5,
           "iterations between speed probes: a fixed kernel timed like the layers, "
           "which tells the coordinator a slow rank from a heavy layer (0: never)");
 ABSL_FLAG(int, timeout_s, 300, "rendezvous and communication timeout, seconds");

@@ -111,7 +111,7 @@ class DynamicPipeline:
                  first: Sequence[str] = ("tok_embeddings",),
                  last: Sequence[str] = ("norm", "output"),
                  measure_activations: bool = True, timing: bool = True,
-                 speed_probe_every: int = 10) -> None:
+                 speed_probe_every: int = 5) -> None:
         if not dist.is_initialized():
             raise RuntimeError("dynmo.pipelining: call torch.distributed.init_process_group "
                                "first")
