@@ -118,6 +118,45 @@ TEST(JobReplayTest, BadConfigsGetOneLine) {
   EXPECT_FALSE(ReplayJob(core::Trace{}, Config(Trigger{Trigger::Kind::kAuto})).ok());
 }
 
+// A straggler appears mid-run and recovers: the coordinator finds it from
+// the speed probes (layer times alone would price the layers it moves at
+// the slow rank's time), moves layers off it once, and back after.
+TEST(JobReplayTest, AStragglerIsFollowedOnceAndRecoveryToo) {
+  core::Trace flat = StepTrace(200);
+  for (core::TraceRecord& r : flat) {
+    for (int l = 0; l < 16; ++l) {
+      const double base = 0.01 * (1 + 0.02 * (((r.iter * 7 + l * 13) % 11) - 5) / 5.0);
+      r.layers[static_cast<size_t>(l)] = {base, 2 * base, 0, 64 << 20};
+    }
+  }
+  JobReplayConfig c = Config(Trigger{Trigger::Kind::kAuto});
+  c.stragglers = {SpeedChange{2, 0.5, 40, 120}};
+  c.oracle = true;
+  absl::StatusOr<JobReplayResult> r = ReplayJob(flat, c);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_GE(r->plans.size(), 2u);
+  // Off the slow stage 2 after it slowed, back to uniform after it recovered.
+  const ReplayedPlan& off = r->plans[0];
+  EXPECT_GT(off.decided_iteration, 40);
+  EXPECT_LT(off.decided_iteration, 80);
+  EXPECT_LT(off.boundaries[3] - off.boundaries[2], 4) << "stage 2 holds fewer layers";
+  const ReplayedPlan& back = r->plans.back();
+  EXPECT_GT(back.decided_iteration, 120);
+  EXPECT_EQ(back.boundaries, (core::Boundaries{0, 4, 8, 12, 16}));
+  EXPECT_LE(r->plans.size(), 3u) << "no flip-flop";
+  EXPECT_GT(r->speedup, 1.05);
+  EXPECT_LE(r->speedup, r->oracle_speedup + 1e-9);
+}
+
+TEST(JobReplayTest, EqualRanksWithNoisyProbesNeverMoveLayers) {
+  core::Trace flat = StepTrace(40);  // before the step: equal layers, jitter
+  JobReplayConfig c = Config(Trigger{Trigger::Kind::kAuto});
+  c.probe_every = 1;
+  absl::StatusOr<JobReplayResult> r = ReplayJob(flat, c);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->plans.empty());
+}
+
 // The daemon's JobState behind the replay: the same messages through its
 // lock, send queue and state keeper.
 class LiveTarget : public ReplayTarget {
