@@ -16,7 +16,10 @@
 # (tokens/s, imbalance, bubble ratio, plans, bytes moved, final loss) and
 # draws out/main-job.svg (per-stage time per iteration, plans and model
 # changes marked); the per-iteration records are out/main-{static,dynmo,
-# best}.jsonl, and `scripts/dynmo-report` redraws any of them.
+# best}.jsonl, and `scripts/dynmo-report` redraws any of them. Each run's
+# timeline (the first 60 iterations: per-layer forward and backward slices
+# per stage, plans and model changes marked) is out/main-*.perfetto.json:
+# open it at https://ui.perfetto.dev (Open trace file) or chrome://tracing.
 # STEPS (default 120) sets the run length; extra arguments go to dynmo-train.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -62,3 +65,7 @@ echo
 python3 scripts/dynmo-report --svg out/main-job.svg \
   "static (0,9,10)=out/main-static.jsonl" "DynMo (0,9,10)=out/main-dynmo.jsonl" \
   "best static ($best)=out/main-best.jsonl"
+for name in static dynmo best; do
+  python3 python/dynmo/perfetto.py "out/main-$name.jsonl" "out/main-$name.perfetto.json" --count 60
+done
+echo "timelines: out/main-{static,dynmo,best}.perfetto.json (open at https://ui.perfetto.dev)"
