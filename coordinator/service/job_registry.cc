@@ -65,6 +65,13 @@ absl::StatusOr<std::shared_ptr<JobState>> JobRegistry::FindOrCreate(
     }
   }
   auto job = std::make_shared<JobState>(first, options_, deps_, caller);
+  // The job and its owner are durable before any rank hears OK: a restart
+  // must never let the first principal to register the name take it over.
+  // A job that could not be saved is not created (UNAVAILABLE).
+  if (absl::Status s = job->Persist(); !s.ok()) {
+    job->Close(absl::StrCat("job ", first.job(), " could not be saved"));
+    return s;
+  }
   jobs_[first.job()] = job;
   LogEvent(LogLevel::kInfo, "job_created",
            {{"job", first.job()}, {"owner", caller}, {"pp", first.pipeline_size()},

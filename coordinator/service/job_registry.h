@@ -30,7 +30,10 @@ class JobRegistry {
   void Restore(const dynmo::v1::CoordinatorState& state);
 
   // Validates the request, creates the job on first sight (owned by
-  // `caller`, a named principal or empty), registers the rank.
+  // `caller`, a named principal or empty), registers the rank. A new job's
+  // record, owner included, is committed to the state keeper before this
+  // returns OK (UNAVAILABLE, and no job, when it cannot be), so no restart
+  // lets another principal take it.
   // RESOURCE_EXHAUSTED when the job limit (or the caller's) is reached;
   // PERMISSION_DENIED for a named caller in another principal's job.
   absl::StatusOr<std::shared_ptr<JobState>> Register(
