@@ -11,7 +11,9 @@ Coordinator::Coordinator(const CoordinatorOptions& options)
       keeper_(options.state_dir),
       pool_(&keeper_),
       registry_(options.job, JobDeps{&keeper_, &pool_, &metrics_},
-                options.max_jobs, options.max_jobs_per_principal) {}
+                JobLimits{options.max_jobs, options.max_jobs_per_principal,
+                          options.max_ranks_per_job, options.max_layers,
+                          options.max_replica_layers}) {}
 
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
     const CoordinatorOptions& options) {

@@ -26,6 +26,10 @@ struct CoordinatorOptions {
   JobOptions job;
   int max_jobs = 1024;
   int max_jobs_per_principal = 64;  // per named principal (auth.h); 0: no cap
+  // Bounds on one job's shape, with or without principals (JobLimits).
+  int max_ranks_per_job = JobLimits{}.max_ranks_per_job;
+  int max_layers = JobLimits{}.max_layers;
+  int64_t max_replica_layers = JobLimits{}.max_replica_layers;
   absl::Duration tick = absl::Milliseconds(20);
   // A job with no connected rank and no activity for this long is deleted
   // (its record, its metric series); InfiniteDuration: never.

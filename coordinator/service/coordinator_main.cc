@@ -23,6 +23,7 @@
 #include "coordinator/core/partition.h"
 #include "coordinator/service/event_log.h"
 #include "coordinator/job/policy.h"
+#include "coordinator/job/validation.h"
 #include "coordinator/service/server.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:50051", "gRPC listen address");
@@ -80,6 +81,16 @@ ABSL_FLAG(std::string, port_file, "",
 ABSL_FLAG(int, max_jobs, 1024, "jobs served at most");
 ABSL_FLAG(int, max_jobs_per_principal, 64,
           "jobs one named principal (--principals_file) may create (0: no cap)");
+ABSL_FLAG(int, max_ranks_per_job, 2048,
+          "ranks (pipeline_size x data_parallel_size) one job may have; a "
+          "larger registration is refused with RESOURCE_EXHAUSTED (1..65536; "
+          "memory per job: docs/operations.md)");
+ABSL_FLAG(int, max_layers, 1024,
+          "layers one job may have; a larger registration is refused with "
+          "RESOURCE_EXHAUSTED (1..65536)");
+ABSL_FLAG(int64_t, max_replica_layers, 8192,
+          "data_parallel_size x num_layers one job may have (one cost "
+          "estimate each); larger: RESOURCE_EXHAUSTED (1..2^20)");
 ABSL_FLAG(std::string, metrics_auth_file, "",
           "a file holding USER:PASSWORD: /metrics then wants HTTP basic auth "
           "(empty: /metrics is open)");
@@ -126,6 +137,20 @@ std::string BadNumbers() {
     return "--auto_horizon_iterations must be >= 1";
   }
   if (absl::GetFlag(FLAGS_max_jobs) < 1) return "--max_jobs must be >= 1";
+  const int ranks = absl::GetFlag(FLAGS_max_ranks_per_job);
+  if (ranks < 1 || ranks > dynmo::service::kMaxRanksPerJob) {
+    return absl::StrCat("--max_ranks_per_job must be in [1, ",
+                        dynmo::service::kMaxRanksPerJob, "]");
+  }
+  const int layers = absl::GetFlag(FLAGS_max_layers);
+  if (layers < 1 || layers > dynmo::service::kMaxLayers) {
+    return absl::StrCat("--max_layers must be in [1, ", dynmo::service::kMaxLayers, "]");
+  }
+  const int64_t replica_layers = absl::GetFlag(FLAGS_max_replica_layers);
+  if (replica_layers < 1 || replica_layers > dynmo::service::kMaxReplicaLayers) {
+    return absl::StrCat("--max_replica_layers must be in [1, ",
+                        dynmo::service::kMaxReplicaLayers, "]");
+  }
   for (const auto* window : {&FLAGS_iteration_window, &FLAGS_epoch_window}) {
     const int64_t w = absl::GetFlag(*window);
     if (w < 1 || w > (int64_t{1} << 53)) {
@@ -202,6 +227,9 @@ int main(int argc, char** argv) {
   opts.coordinator.state_dir = absl::GetFlag(FLAGS_state_dir);
   opts.coordinator.max_jobs = absl::GetFlag(FLAGS_max_jobs);
   opts.coordinator.max_jobs_per_principal = absl::GetFlag(FLAGS_max_jobs_per_principal);
+  opts.coordinator.max_ranks_per_job = absl::GetFlag(FLAGS_max_ranks_per_job);
+  opts.coordinator.max_layers = absl::GetFlag(FLAGS_max_layers);
+  opts.coordinator.max_replica_layers = absl::GetFlag(FLAGS_max_replica_layers);
   if (opts.coordinator.max_jobs_per_principal < 0) {
     return Refuse(2, "--max_jobs_per_principal must be >= 0");
   }
