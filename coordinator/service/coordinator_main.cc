@@ -107,6 +107,9 @@ ABSL_FLAG(std::string, log_format, "logfmt",
 ABSL_FLAG(std::string, log_level, "info",
           "least level logged: debug | info | warning | error");
 ABSL_FLAG(int, max_message_bytes, 4 << 20, "largest accepted gRPC message");
+ABSL_FLAG(int, max_watchers, 64,
+          "WatchReleased streams served at once (no thread each); more are "
+          "refused with RESOURCE_EXHAUSTED (1..100000)");
 ABSL_FLAG(int64_t, iteration_window, 1000000,
           "refuse a report or ack whose iteration is more than this beyond "
           "the job's newest (INVALID_ARGUMENT)");
@@ -158,6 +161,8 @@ std::string BadNumbers() {
                           " must be in [1, 2^53]");
     }
   }
+  const int watchers = absl::GetFlag(FLAGS_max_watchers);
+  if (watchers < 1 || watchers > 100000) return "--max_watchers must be in [1, 100000]";
   if (absl::GetFlag(FLAGS_max_message_bytes) < 4096) {
     return "--max_message_bytes must be >= 4096";
   }
@@ -224,6 +229,7 @@ int main(int argc, char** argv) {
   opts.metrics_auth_file = absl::GetFlag(FLAGS_metrics_auth_file);
   opts.reflection = absl::GetFlag(FLAGS_reflection);
   opts.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  opts.max_watchers = absl::GetFlag(FLAGS_max_watchers);
   opts.coordinator.state_dir = absl::GetFlag(FLAGS_state_dir);
   opts.coordinator.max_jobs = absl::GetFlag(FLAGS_max_jobs);
   opts.coordinator.max_jobs_per_principal = absl::GetFlag(FLAGS_max_jobs_per_principal);

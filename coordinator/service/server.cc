@@ -165,7 +165,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   impl->agent =
       std::make_unique<AgentServiceImpl>(impl->coordinator.get(), &impl->auth);
   impl->scheduler = std::make_unique<SchedulerServiceImpl>(
-      impl->coordinator.get(), &impl->auth);
+      impl->coordinator.get(), &impl->auth, options.max_watchers);
   impl->op = std::make_unique<OperatorServiceImpl>(impl->coordinator.get(),
                                                    &impl->auth);
 
@@ -177,6 +177,18 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   // second one bind the same port and the kernel splits calls between them.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
+  // Connections (docs/operations.md, "Connections and keepalive"): a
+  // connection with no call for 10 minutes is closed (GOAWAY, the client
+  // reconnects when it needs to); the server pings a connection silent for
+  // 2 minutes and drops it when no answer comes within 20 s (a dead or
+  // stalled peer); clients may ping every 30 s, also without calls (the
+  // agents' default stays far below that).
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, 10 * 60 * 1000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 2 * 60 * 1000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20 * 1000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                             30 * 1000);
   builder.RegisterService(impl->agent.get());
   builder.RegisterService(impl->scheduler.get());
   builder.RegisterService(impl->op.get());

@@ -40,6 +40,8 @@ struct ServerOptions {
   // of the process turned it on.
   bool reflection = true;
   int max_message_bytes = 4 << 20;     // larger messages: RESOURCE_EXHAUSTED
+  // WatchReleased streams open at once; more: RESOURCE_EXHAUSTED.
+  int max_watchers = 64;
   CoordinatorOptions coordinator;
 };
 
