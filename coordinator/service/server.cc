@@ -198,6 +198,14 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", options.listen));
   }
+  // Health: "" (the whole server) stays SERVING while reads are served;
+  // "dynmo.state" is NOT_SERVING while the state dir takes no writes
+  // (read-only mode, docs/operations.md).
+  if (grpc::HealthCheckServiceInterface* health = impl->server->GetHealthCheckService()) {
+    impl->coordinator->SetWritableListener([health](bool writable) {
+      health->SetServingStatus("dynmo.state", writable);
+    });
+  }
   std::string host = options.listen.substr(0, options.listen.rfind(':'));
   if (host.empty() || host == "0.0.0.0" || host == "[::]") host = "127.0.0.1";
   impl->host = host;
@@ -231,6 +239,7 @@ void CoordinatorServer::Shutdown() {
                           std::chrono::milliseconds(500));
   impl_->server->Wait();
   impl_->coordinator->Stop();
+  impl_->coordinator->SetWritableListener(nullptr);  // the health service goes with the server
   absl::MutexLock lock(&impl_->mu);
   impl_->shut_down = true;
 }
