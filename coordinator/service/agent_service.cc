@@ -8,6 +8,7 @@
 #include "rpc/stream_outbox.h"
 #include "coordinator/job/validation.h"
 #include "coordinator/service/grpc_status.h"
+#include "coordinator/service/refusal_log.h"
 
 namespace dynmo::service {
 namespace {
@@ -42,8 +43,9 @@ class Outbox final : public SessionSink {
 class SessionReactor final
     : public grpc::ServerBidiReactor<AgentMessage, CoordinatorMessage> {
  public:
-  explicit SessionReactor(Coordinator* coordinator)
-      : coordinator_(coordinator), outbox_(std::make_shared<Outbox>(this)) {
+  SessionReactor(Coordinator* coordinator, std::string principal)
+      : coordinator_(coordinator), principal_(std::move(principal)),
+        outbox_(std::make_shared<Outbox>(this)) {
     StartRead(&in_);
   }
 
@@ -57,6 +59,8 @@ class SessionReactor final
     if (!s.ok()) {
       coordinator_->metrics().RpcError(
           "Session", GrpcCodeName(static_cast<grpc::StatusCode>(s.code())));
+      LogSessionRefusal("Session", job_ != nullptr ? job_->name() : in_.hello().job(),
+                        job_ != nullptr ? rank_ : in_.hello().rank(), s);
       outbox_->Finish(ToGrpcStatus(s));
       return;
     }
@@ -80,7 +84,7 @@ class SessionReactor final
             "the first Session message must be hello{job, rank}");
       }
       absl::StatusOr<std::shared_ptr<JobState>> job =
-          coordinator_->jobs().Find(in_.hello().job());
+          coordinator_->jobs().FindFor(in_.hello().job(), principal_);
       if (!job.ok()) return job.status();
       if (absl::Status s = (*job)->Attach(in_.hello().rank(),
                                           in_.hello().session_key(), outbox_);
@@ -104,11 +108,27 @@ class SessionReactor final
   }
 
   Coordinator* coordinator_;
+  const std::string principal_;  // named caller, or empty
   std::shared_ptr<Outbox> outbox_;
   std::shared_ptr<JobState> job_;
   int rank_ = -1;
   AgentMessage in_;
 };
+
+// A raw request's bytes as `Message`; INVALID_ARGUMENT when they are not one.
+template <typename Message>
+grpc::Status Decode(const grpc::ByteBuffer& raw, Message* out) {
+  grpc::ByteBuffer copy(raw);  // deserializing consumes the buffer
+  if (grpc::SerializationTraits<Message>::Deserialize(&copy, out).ok()) return grpc::Status::OK;
+  return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                      absl::StrCat("the request does not decode as ", out->GetTypeName()));
+}
+
+template <typename Message>
+grpc::Status Encode(const Message& message, grpc::ByteBuffer* raw) {
+  bool own = false;
+  return grpc::SerializationTraits<Message>::Serialize(message, raw, &own);
+}
 
 // A stream refused before it starts: finishes with `status` at once.
 template <typename In, typename Out>
@@ -120,68 +140,73 @@ class RefusedStream final : public grpc::ServerBidiReactor<In, Out> {
 
 }  // namespace
 
-grpc::ServerUnaryReactor* AgentServiceImpl::Register(
-    grpc::CallbackServerContext* context,
-    const dynmo::v1::RegisterRequest* request,
-    dynmo::v1::RegisterResponse* response) {
+grpc::ServerUnaryReactor* AgentServiceImpl::Register(grpc::CallbackServerContext* context,
+                                                     const grpc::ByteBuffer* request,
+                                                     grpc::ByteBuffer* response) {
+  grpc::Status s = DoRegister(*context, *request, response);
+  if (!s.ok()) coordinator_->metrics().RpcError("Register", GrpcCodeName(s.error_code()));
   auto* reactor = context->DefaultReactor();
-  Principal caller;
-  if (grpc::Status s = auth_->CheckStatus(*context, Role::kAgent, &caller); !s.ok()) {
-    coordinator_->metrics().RpcError("Register", GrpcCodeName(s.error_code()));
-    reactor->Finish(s);
-    return reactor;
-  }
-  absl::StatusOr<std::shared_ptr<JobState>> job = coordinator_->jobs().Register(
-      *request, response, caller.identified ? caller.name : "");
-  if (!job.ok()) {
-    coordinator_->metrics().RpcError(
-        "Register",
-        GrpcCodeName(static_cast<grpc::StatusCode>(job.status().code())));
-  }
-  reactor->Finish(ToGrpcStatus(job.status()));
+  reactor->Finish(s);
   return reactor;
+}
+
+grpc::Status AgentServiceImpl::DoRegister(const grpc::CallbackServerContext& context,
+                                          const grpc::ByteBuffer& raw,
+                                          grpc::ByteBuffer* raw_response) {
+  Principal caller;
+  if (grpc::Status s = auth_->CheckStatus(context, Role::kAgent, &caller); !s.ok()) return s;
+  dynmo::v1::RegisterRequest request;
+  if (grpc::Status s = Decode(raw, &request); !s.ok()) return s;
+  dynmo::v1::RegisterResponse response;
+  absl::StatusOr<std::shared_ptr<JobState>> job = coordinator_->jobs().Register(
+      request, &response, caller.identified ? caller.name : "");
+  if (!job.ok()) return ToGrpcStatus(job.status());
+  return Encode(response, raw_response);
 }
 
 grpc::ServerBidiReactor<AgentMessage, CoordinatorMessage>*
 AgentServiceImpl::Session(grpc::CallbackServerContext* context) {
-  if (grpc::Status s = auth_->CheckStatus(*context, Role::kAgent); !s.ok()) {
+  Principal caller;
+  if (grpc::Status s = auth_->CheckStatus(*context, Role::kAgent, &caller); !s.ok()) {
     coordinator_->metrics().RpcError("Session", GrpcCodeName(s.error_code()));
     return new RefusedStream<AgentMessage, CoordinatorMessage>(s);
   }
-  return new SessionReactor(coordinator_);
+  return new SessionReactor(coordinator_, caller.identified ? caller.name : "");
 }
 
-grpc::ServerUnaryReactor* AgentServiceImpl::RegisterHost(
-    grpc::CallbackServerContext* context,
-    const dynmo::v1::RegisterHostRequest* request,
-    dynmo::v1::RegisterHostResponse* response) {
+grpc::ServerUnaryReactor* AgentServiceImpl::RegisterHost(grpc::CallbackServerContext* context,
+                                                         const grpc::ByteBuffer* request,
+                                                         grpc::ByteBuffer* response) {
+  grpc::Status s = DoRegisterHost(*context, *request, response);
+  if (!s.ok()) coordinator_->metrics().RpcError("RegisterHost", GrpcCodeName(s.error_code()));
   auto* reactor = context->DefaultReactor();
-  Principal caller;
-  if (grpc::Status s = auth_->CheckStatus(*context, Role::kAgent, &caller); !s.ok()) {
-    coordinator_->metrics().RpcError("RegisterHost", GrpcCodeName(s.error_code()));
-    reactor->Finish(s);
-    return reactor;
-  }
-  absl::StatusOr<std::shared_ptr<JobState>> job = coordinator_->jobs().RegisterHost(
-      *request, response, caller.identified ? caller.name : "");
-  if (!job.ok()) {
-    response->Clear();
-    coordinator_->metrics().RpcError(
-        "RegisterHost",
-        GrpcCodeName(static_cast<grpc::StatusCode>(job.status().code())));
-  }
-  reactor->Finish(ToGrpcStatus(job.status()));
+  reactor->Finish(s);
   return reactor;
+}
+
+grpc::Status AgentServiceImpl::DoRegisterHost(const grpc::CallbackServerContext& context,
+                                              const grpc::ByteBuffer& raw,
+                                              grpc::ByteBuffer* raw_response) {
+  Principal caller;
+  if (grpc::Status s = auth_->CheckStatus(context, Role::kAgent, &caller); !s.ok()) return s;
+  dynmo::v1::RegisterHostRequest request;
+  if (grpc::Status s = Decode(raw, &request); !s.ok()) return s;
+  dynmo::v1::RegisterHostResponse response;
+  absl::StatusOr<std::shared_ptr<JobState>> job = coordinator_->jobs().RegisterHost(
+      request, &response, caller.identified ? caller.name : "");
+  if (!job.ok()) return ToGrpcStatus(job.status());
+  return Encode(response, raw_response);
 }
 
 grpc::ServerBidiReactor<dynmo::v1::HostMessage,
                         dynmo::v1::HostCoordinatorMessage>*
 AgentServiceImpl::HostSession(grpc::CallbackServerContext* context) {
-  if (grpc::Status s = auth_->CheckStatus(*context, Role::kAgent); !s.ok()) {
+  Principal caller;
+  if (grpc::Status s = auth_->CheckStatus(*context, Role::kAgent, &caller); !s.ok()) {
     coordinator_->metrics().RpcError("HostSession", GrpcCodeName(s.error_code()));
     return new RefusedStream<dynmo::v1::HostMessage, dynmo::v1::HostCoordinatorMessage>(s);
   }
-  return NewHostSessionReactor(coordinator_);
+  return NewHostSessionReactor(coordinator_, caller.identified ? caller.name : "");
 }
 
 }  // namespace dynmo::service

@@ -17,32 +17,42 @@
 
 namespace dynmo::service {
 
-class AgentServiceImpl final : public dynmo::v1::AgentService::CallbackService {
+// Register and RegisterHost are raw methods: the service decodes their
+// bytes itself, so a request that does not decode is INVALID_ARGUMENT
+// (gRPC's own decoding answers UNIMPLEMENTED on the callback API).
+class AgentServiceImpl final
+    : public dynmo::v1::AgentService::WithRawCallbackMethod_Register<
+          dynmo::v1::AgentService::WithRawCallbackMethod_RegisterHost<
+              dynmo::v1::AgentService::CallbackService>> {
  public:
   // `auth` (not owned) gates every RPC: a call without the agents' bearer
   // token ends UNAUTHENTICATED before it touches any job.
   AgentServiceImpl(Coordinator* coordinator, const Authenticator* auth)
       : coordinator_(coordinator), auth_(auth) {}
 
-  grpc::ServerUnaryReactor* Register(
-      grpc::CallbackServerContext* context,
-      const dynmo::v1::RegisterRequest* request,
-      dynmo::v1::RegisterResponse* response) override;
+  grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* context,
+                                     const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
 
   grpc::ServerBidiReactor<dynmo::v1::AgentMessage,
                           dynmo::v1::CoordinatorMessage>*
   Session(grpc::CallbackServerContext* context) override;
 
-  grpc::ServerUnaryReactor* RegisterHost(
-      grpc::CallbackServerContext* context,
-      const dynmo::v1::RegisterHostRequest* request,
-      dynmo::v1::RegisterHostResponse* response) override;
+  grpc::ServerUnaryReactor* RegisterHost(grpc::CallbackServerContext* context,
+                                         const grpc::ByteBuffer* request,
+                                         grpc::ByteBuffer* response) override;
 
   grpc::ServerBidiReactor<dynmo::v1::HostMessage,
                           dynmo::v1::HostCoordinatorMessage>*
   HostSession(grpc::CallbackServerContext* context) override;
 
  private:
+  // The calls once decoded: credentials, then the registration.
+  grpc::Status DoRegister(const grpc::CallbackServerContext& context,
+                          const grpc::ByteBuffer& raw, grpc::ByteBuffer* raw_response);
+  grpc::Status DoRegisterHost(const grpc::CallbackServerContext& context,
+                              const grpc::ByteBuffer& raw, grpc::ByteBuffer* raw_response);
+
   Coordinator* coordinator_;
   const Authenticator* auth_;
 };

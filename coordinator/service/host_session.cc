@@ -10,6 +10,7 @@
 #include "rpc/stream_outbox.h"
 #include "coordinator/job/validation.h"
 #include "coordinator/service/grpc_status.h"
+#include "coordinator/service/refusal_log.h"
 
 namespace dynmo::service {
 namespace {
@@ -56,8 +57,8 @@ class HostOutbox final : public SessionSink {
 class HostSessionReactor final
     : public grpc::ServerBidiReactor<HostMessage, HostCoordinatorMessage> {
  public:
-  explicit HostSessionReactor(Coordinator* coordinator)
-      : coordinator_(coordinator) {
+  HostSessionReactor(Coordinator* coordinator, std::string principal)
+      : coordinator_(coordinator), principal_(std::move(principal)) {
     StartRead(&in_);
   }
 
@@ -71,6 +72,8 @@ class HostSessionReactor final
     if (!s.ok()) {
       coordinator_->metrics().RpcError(
           "HostSession", GrpcCodeName(static_cast<grpc::StatusCode>(s.code())));
+      LogSessionRefusal("HostSession", job_ != nullptr ? job_->name() : in_.hello().job(),
+                        -1, s);
       Finish(ToGrpcStatus(s));
       return;
     }
@@ -123,7 +126,7 @@ class HostSessionReactor final
     const dynmo::v1::HostHello& hello = in_.hello();
     if (absl::Status s = ValidateHostHello(hello); !s.ok()) return s;
     absl::StatusOr<std::shared_ptr<JobState>> job =
-        coordinator_->jobs().Find(hello.job());
+        coordinator_->jobs().FindFor(hello.job(), principal_);
     if (!job.ok()) return job.status();
     std::vector<int> ranks(hello.ranks().begin(), hello.ranks().end());
     auto outbox = std::make_shared<HostOutbox>(this, hello.host(), ranks);
@@ -139,6 +142,7 @@ class HostSessionReactor final
   }
 
   Coordinator* coordinator_;
+  const std::string principal_;  // named caller, or empty
   std::shared_ptr<HostOutbox> outbox_;
   std::shared_ptr<JobState> job_;
   std::vector<int> ranks_;
@@ -149,8 +153,16 @@ class HostSessionReactor final
 }  // namespace
 
 grpc::ServerBidiReactor<HostMessage, HostCoordinatorMessage>*
-NewHostSessionReactor(Coordinator* coordinator) {
-  return new HostSessionReactor(coordinator);
+NewHostSessionReactor(Coordinator* coordinator, std::string principal) {
+  return new HostSessionReactor(coordinator, std::move(principal));
+}
+
+void LogSessionRefusal(absl::string_view rpc, absl::string_view job, int rank,
+                       const absl::Status& why) {
+  LogRefusal(LogLevel::kInfo, "session_refused",
+             {{"rpc", rpc}, {"job", Bounded(job, 128)}, {"rank", rank},
+              {"code", absl::StatusCodeToString(why.code())},
+              {"reason", Bounded(why.message())}});
 }
 
 }  // namespace dynmo::service

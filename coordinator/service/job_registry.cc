@@ -149,6 +149,18 @@ std::vector<std::string> JobRegistry::ExpireIdle(absl::Time now, absl::Duration 
   return expired;
 }
 
+absl::StatusOr<std::shared_ptr<JobState>> JobRegistry::FindFor(
+    const std::string& name, const std::string& caller) const {
+  absl::StatusOr<std::shared_ptr<JobState>> job = Find(name);
+  if (!job.ok()) return job;
+  const std::string& owner = (*job)->owner();
+  if (!caller.empty() && !owner.empty() && caller != owner) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "job ", name, " belongs to principal '", owner, "', not '", caller, "'"));
+  }
+  return job;
+}
+
 std::vector<std::shared_ptr<JobState>> JobRegistry::All() const {
   absl::MutexLock lock(&mu_);
   std::vector<std::shared_ptr<JobState>> out;

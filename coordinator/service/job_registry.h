@@ -60,6 +60,11 @@ class JobRegistry {
 
   // NOT_FOUND names the job.
   absl::StatusOr<std::shared_ptr<JobState>> Find(const std::string& name) const;
+  // Find for a caller acting in the job (a Session's or HostSession's
+  // hello): PERMISSION_DENIED when `caller` (a named principal; empty:
+  // unnamed) is not the job's owner.
+  absl::StatusOr<std::shared_ptr<JobState>> FindFor(const std::string& name,
+                                                    const std::string& caller) const;
 
   std::vector<std::shared_ptr<JobState>> All() const;
 
