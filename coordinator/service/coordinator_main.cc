@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -19,6 +21,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "cli/address.h"
+#include "cli/flag_parse.h"
 #include "cli/program_info.h"
 #include "coordinator/core/partition.h"
 #include "coordinator/service/event_log.h"
@@ -28,7 +32,7 @@
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:50051", "gRPC listen address");
 ABSL_FLAG(std::string, metrics_listen, "",
-          "Prometheus /metrics listen address (empty: off), e.g. :9464");
+          "Prometheus /metrics listen address (empty: off), e.g. 0.0.0.0:9464");
 ABSL_FLAG(std::string, state_dir, "",
           "directory for the crash-safe state (empty: in memory only)");
 ABSL_FLAG(std::string, balancer, "optimal",
@@ -177,16 +181,15 @@ int Refuse(int code, absl::string_view why) {
   return code;
 }
 
-// "HOST:PORT" with PORT in 0..65535 (empty allowed: a disabled endpoint).
-std::string BadAddress(const std::string& address) {
+// The listen addresses (cli/address.h): HOST:PORT, [IPV6]:PORT or
+// unix:PATH (0.0.0.0:PORT for every interface); empty allowed for a
+// disabled endpoint.
+std::string BadAddress(absl::string_view flag, const std::string& address) {
   if (address.empty()) return "";
-  const size_t colon = address.rfind(':');
-  int port = -1;
-  if (colon == std::string::npos || colon == 0 ||
-      !absl::SimpleAtoi(address.substr(colon + 1), &port) || port < 0 || port > 65535) {
-    return absl::StrCat("'", address, "' is not HOST:PORT with a port in 0..65535");
-  }
-  return "";
+  dynmo::cli::AddressRules rules;
+  rules.port_zero = true;
+  absl::Status s = dynmo::cli::CheckAddress(flag, address, rules);
+  return s.ok() ? "" : std::string(s.message());
 }
 
 }  // namespace
@@ -199,7 +202,15 @@ int main(int argc, char** argv) {
                                        absl::ProgramUsageMessage())) {
     return 0;
   }
-  absl::ParseCommandLine(argc, argv);
+  // One bad_flag line and exit 2 for an unknown flag, a value that does not
+  // parse, or any positional argument (the daemon takes none).
+  absl::StatusOr<std::vector<char*>> positional = dynmo::cli::ParseFlags(argc, argv);
+  if (!positional.ok()) return Refuse(2, positional.status().message());
+  if (positional->size() > 1) {
+    return Refuse(2, absl::StrCat("unexpected argument '", (*positional)[1],
+                                  "' (the coordinator takes flags only)"));
+  }
+  absl::ParseCommandLine(argc, argv);  // the same values; cannot fail now
   if (absl::Status s = dynmo::service::ConfigureEventLog(absl::GetFlag(FLAGS_log_format),
                                                          absl::GetFlag(FLAGS_log_level));
       !s.ok()) {
@@ -300,9 +311,19 @@ int main(int argc, char** argv) {
   if (std::string bad = BadNumbers(); !bad.empty()) {
     return Refuse(2, bad);
   }
-  for (const std::string* address : {&opts.listen, &opts.metrics_listen}) {
-    if (std::string bad = BadAddress(*address); !bad.empty()) {
+  if (opts.listen.empty()) return Refuse(2, "--listen must not be empty");
+  for (const auto& [flag, address] : {std::pair<const char*, const std::string*>{
+                                          "listen", &opts.listen},
+                                      {"metrics_listen", &opts.metrics_listen}}) {
+    if (std::string bad = BadAddress(flag, *address); !bad.empty()) {
       return Refuse(2, bad);
+    }
+  }
+  // Checked whether or not /metrics is on: a file that would be refused
+  // once metrics are turned on is a mistake now.
+  if (!opts.metrics_auth_file.empty()) {
+    if (absl::Status s = service::ReadMetricsLogin(opts.metrics_auth_file).status(); !s.ok()) {
+      return Refuse(2, s.message());
     }
   }
 

@@ -1,6 +1,7 @@
 #include "coordinator/service/server.h"
 
 #include <exception>
+#include <optional>
 #include <fstream>
 #include <string>
 #include <utility>
@@ -48,22 +49,6 @@ absl::StatusOr<std::string> ReadPem(const std::string& path, const char* what,
   return pem;
 }
 
-// The /metrics login, "USER:PASSWORD" on the file's first line.
-absl::StatusOr<std::pair<std::string, std::string>> ReadLogin(const std::string& path) {
-  std::ifstream in(path);
-  std::string line;
-  if (!in || !std::getline(in, line)) {
-    return absl::NotFoundError(absl::StrCat("cannot read the metrics login file ", path));
-  }
-  while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
-  const size_t colon = line.find(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == line.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "metrics login file ", path, " must hold USER:PASSWORD on its first line"));
-  }
-  return std::make_pair(line.substr(0, colon), line.substr(colon + 1));
-}
-
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(
     const TlsFiles& tls) {
   if (tls.cert.empty() && tls.key.empty()) {
@@ -99,6 +84,21 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(
 
 }  // namespace
 
+absl::StatusOr<std::pair<std::string, std::string>> ReadMetricsLogin(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  if (!in || !std::getline(in, line)) {
+    return absl::NotFoundError(absl::StrCat("cannot read the metrics login file ", path));
+  }
+  while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+  const size_t colon = line.find(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == line.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "metrics login file ", path, " must hold USER:PASSWORD on its first line"));
+  }
+  return std::make_pair(line.substr(0, colon), line.substr(colon + 1));
+}
+
 struct CoordinatorServer::Impl {
   std::unique_ptr<Coordinator> coordinator;
   Authenticator auth;
@@ -130,6 +130,14 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
       Credentials(options.tls);
   if (!creds.ok()) return creds.status();
 
+  std::optional<std::pair<std::string, std::string>> login;
+  if (!options.metrics_auth_file.empty()) {  // checked even with /metrics off
+    absl::StatusOr<std::pair<std::string, std::string>> read =
+        ReadMetricsLogin(options.metrics_auth_file);
+    if (!read.ok()) return read.status();
+    login = *std::move(read);
+  }
+
   absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =
       Coordinator::Create(options.coordinator);
   if (!coordinator.ok()) return coordinator.status();
@@ -145,10 +153,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     }
     impl->exposer->RegisterCollectable(
         impl->coordinator->metrics().registry());
-    if (!options.metrics_auth_file.empty()) {
-      absl::StatusOr<std::pair<std::string, std::string>> login =
-          ReadLogin(options.metrics_auth_file);
-      if (!login.ok()) return login.status();
+    if (login.has_value()) {
       impl->exposer->RegisterAuth(
           [login = *login](const std::string& user, const std::string& password) {
             // Both compared, whichever differs: the time says neither.

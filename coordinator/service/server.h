@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "coordinator/service/coordinator.h"
@@ -44,6 +45,10 @@ struct ServerOptions {
   int max_watchers = 64;
   CoordinatorOptions coordinator;
 };
+
+// The /metrics login, "USER:PASSWORD" on the file's first line;
+// INVALID_ARGUMENT (NOT_FOUND for a file that cannot be read) in one line.
+absl::StatusOr<std::pair<std::string, std::string>> ReadMetricsLogin(const std::string& path);
 
 class CoordinatorServer {
  public:
