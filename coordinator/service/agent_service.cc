@@ -8,6 +8,7 @@
 #include "rpc/stream_outbox.h"
 #include "coordinator/job/validation.h"
 #include "coordinator/service/grpc_status.h"
+#include "coordinator/service/raw_message.h"
 #include "coordinator/service/refusal_log.h"
 
 namespace dynmo::service {
@@ -18,15 +19,16 @@ using dynmo::v1::CoordinatorMessage;
 
 class SessionReactor;
 
-// A one-rank Session's sink: the stream's outbox.
+using RawReactor = grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>;
+
+// A one-rank Session's sink: the stream's outbox, of encoded messages (the
+// stream is raw: raw_message.h).
 class Outbox final : public SessionSink {
  public:
-  explicit Outbox(
-      grpc::ServerBidiReactor<AgentMessage, CoordinatorMessage>* reactor)
-      : stream_(reactor) {}
+  explicit Outbox(RawReactor* reactor) : stream_(reactor) {}
 
   void Send(std::shared_ptr<const CoordinatorMessage> message) override {
-    stream_.Write(std::move(message));
+    stream_.Write(Encoded(*message));
   }
   void Close(const absl::Status& status) override {
     stream_.Finish(ToGrpcStatus(status));
@@ -37,16 +39,15 @@ class Outbox final : public SessionSink {
   void Detach() { stream_.Detach(); }
 
  private:
-  rpc::StreamOutbox<AgentMessage, CoordinatorMessage> stream_;
+  rpc::StreamOutbox<grpc::ByteBuffer, grpc::ByteBuffer> stream_;
 };
 
-class SessionReactor final
-    : public grpc::ServerBidiReactor<AgentMessage, CoordinatorMessage> {
+class SessionReactor final : public RawReactor {
  public:
   SessionReactor(Coordinator* coordinator, std::string principal)
       : coordinator_(coordinator), principal_(std::move(principal)),
         outbox_(std::make_shared<Outbox>(this)) {
-    StartRead(&in_);
+    StartRead(&raw_in_);
   }
 
   void OnReadDone(bool ok) override {
@@ -55,7 +56,10 @@ class SessionReactor final
       outbox_->Finish(grpc::Status::OK);
       return;
     }
-    absl::Status s = Handle();
+    in_.Clear();
+    const grpc::Status decoded = Decode(raw_in_, &in_);
+    absl::Status s = decoded.ok() ? Handle()
+                                  : absl::InvalidArgumentError(decoded.error_message());
     if (!s.ok()) {
       coordinator_->metrics().RpcError(
           "Session", GrpcCodeName(static_cast<grpc::StatusCode>(s.code())));
@@ -65,7 +69,7 @@ class SessionReactor final
       return;
     }
     // A superseded session was finished meanwhile: start nothing new.
-    if (!outbox_->finishing()) StartRead(&in_);
+    if (!outbox_->finishing()) StartRead(&raw_in_);
   }
 
   void OnWriteDone(bool ok) override { outbox_->OnWriteDone(ok); }
@@ -112,23 +116,9 @@ class SessionReactor final
   std::shared_ptr<Outbox> outbox_;
   std::shared_ptr<JobState> job_;
   int rank_ = -1;
+  grpc::ByteBuffer raw_in_;
   AgentMessage in_;
 };
-
-// A raw request's bytes as `Message`; INVALID_ARGUMENT when they are not one.
-template <typename Message>
-grpc::Status Decode(const grpc::ByteBuffer& raw, Message* out) {
-  grpc::ByteBuffer copy(raw);  // deserializing consumes the buffer
-  if (grpc::SerializationTraits<Message>::Deserialize(&copy, out).ok()) return grpc::Status::OK;
-  return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                      absl::StrCat("the request does not decode as ", out->GetTypeName()));
-}
-
-template <typename Message>
-grpc::Status Encode(const Message& message, grpc::ByteBuffer* raw) {
-  bool own = false;
-  return grpc::SerializationTraits<Message>::Serialize(message, raw, &own);
-}
 
 // A stream refused before it starts: finishes with `status` at once.
 template <typename In, typename Out>
@@ -164,12 +154,12 @@ grpc::Status AgentServiceImpl::DoRegister(const grpc::CallbackServerContext& con
   return Encode(response, raw_response);
 }
 
-grpc::ServerBidiReactor<AgentMessage, CoordinatorMessage>*
-AgentServiceImpl::Session(grpc::CallbackServerContext* context) {
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* AgentServiceImpl::Session(
+    grpc::CallbackServerContext* context) {
   Principal caller;
   if (grpc::Status s = auth_->CheckStatus(*context, Role::kAgent, &caller); !s.ok()) {
     coordinator_->metrics().RpcError("Session", GrpcCodeName(s.error_code()));
-    return new RefusedStream<AgentMessage, CoordinatorMessage>(s);
+    return new RefusedStream<grpc::ByteBuffer, grpc::ByteBuffer>(s);
   }
   return new SessionReactor(coordinator_, caller.identified ? caller.name : "");
 }
@@ -198,13 +188,12 @@ grpc::Status AgentServiceImpl::DoRegisterHost(const grpc::CallbackServerContext&
   return Encode(response, raw_response);
 }
 
-grpc::ServerBidiReactor<dynmo::v1::HostMessage,
-                        dynmo::v1::HostCoordinatorMessage>*
-AgentServiceImpl::HostSession(grpc::CallbackServerContext* context) {
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* AgentServiceImpl::HostSession(
+    grpc::CallbackServerContext* context) {
   Principal caller;
   if (grpc::Status s = auth_->CheckStatus(*context, Role::kAgent, &caller); !s.ok()) {
     coordinator_->metrics().RpcError("HostSession", GrpcCodeName(s.error_code()));
-    return new RefusedStream<dynmo::v1::HostMessage, dynmo::v1::HostCoordinatorMessage>(s);
+    return new RefusedStream<grpc::ByteBuffer, grpc::ByteBuffer>(s);
   }
   return NewHostSessionReactor(coordinator_, caller.identified ? caller.name : "");
 }

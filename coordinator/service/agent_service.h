@@ -17,13 +17,16 @@
 
 namespace dynmo::service {
 
-// Register and RegisterHost are raw methods: the service decodes their
-// bytes itself, so a request that does not decode is INVALID_ARGUMENT
-// (gRPC's own decoding answers UNIMPLEMENTED on the callback API).
+// Every method is raw: the service decodes the bytes itself
+// (raw_message.h), so a request or stream message that does not decode is
+// INVALID_ARGUMENT (gRPC's own decoding answers UNIMPLEMENTED on a unary
+// callback method and ends a stream with OK).
 class AgentServiceImpl final
     : public dynmo::v1::AgentService::WithRawCallbackMethod_Register<
           dynmo::v1::AgentService::WithRawCallbackMethod_RegisterHost<
-              dynmo::v1::AgentService::CallbackService>> {
+              dynmo::v1::AgentService::WithRawCallbackMethod_Session<
+                  dynmo::v1::AgentService::WithRawCallbackMethod_HostSession<
+                      dynmo::v1::AgentService::Service>>>> {
  public:
   // `auth` (not owned) gates every RPC: a call without the agents' bearer
   // token ends UNAUTHENTICATED before it touches any job.
@@ -34,17 +37,15 @@ class AgentServiceImpl final
                                      const grpc::ByteBuffer* request,
                                      grpc::ByteBuffer* response) override;
 
-  grpc::ServerBidiReactor<dynmo::v1::AgentMessage,
-                          dynmo::v1::CoordinatorMessage>*
-  Session(grpc::CallbackServerContext* context) override;
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Session(
+      grpc::CallbackServerContext* context) override;
 
   grpc::ServerUnaryReactor* RegisterHost(grpc::CallbackServerContext* context,
                                          const grpc::ByteBuffer* request,
                                          grpc::ByteBuffer* response) override;
 
-  grpc::ServerBidiReactor<dynmo::v1::HostMessage,
-                          dynmo::v1::HostCoordinatorMessage>*
-  HostSession(grpc::CallbackServerContext* context) override;
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* HostSession(
+      grpc::CallbackServerContext* context) override;
 
  private:
   // The calls once decoded: credentials, then the registration.

@@ -10,6 +10,7 @@
 #include "rpc/stream_outbox.h"
 #include "coordinator/job/validation.h"
 #include "coordinator/service/grpc_status.h"
+#include "coordinator/service/raw_message.h"
 #include "coordinator/service/refusal_log.h"
 
 namespace dynmo::service {
@@ -19,11 +20,13 @@ using dynmo::v1::CoordinatorMessage;
 using dynmo::v1::HostCoordinatorMessage;
 using dynmo::v1::HostMessage;
 
-// The sink every rank of one host session shares.
+using RawReactor = grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>;
+
+// The sink every rank of one host session shares; it queues encoded
+// HostCoordinatorMessages (the stream is raw: raw_message.h).
 class HostOutbox final : public SessionSink {
  public:
-  HostOutbox(grpc::ServerBidiReactor<HostMessage, HostCoordinatorMessage>* r,
-             std::string host, std::vector<int> ranks)
+  HostOutbox(RawReactor* r, std::string host, std::vector<int> ranks)
       : stream_(r), host_(std::move(host)), ranks_(std::move(ranks)) {}
 
   void Send(std::shared_ptr<const CoordinatorMessage> message) override {
@@ -32,10 +35,10 @@ class HostOutbox final : public SessionSink {
 
   void SendTo(absl::Span<const int> ranks,
               std::shared_ptr<const CoordinatorMessage> message) override {
-    auto out = std::make_shared<HostCoordinatorMessage>();
-    out->mutable_ranks()->Add(ranks.begin(), ranks.end());
-    *out->mutable_message() = *message;
-    stream_.Write(std::move(out));
+    HostCoordinatorMessage out;
+    out.mutable_ranks()->Add(ranks.begin(), ranks.end());
+    *out.mutable_message() = *message;
+    stream_.Write(Encoded(out));
   }
 
   void Close(const absl::Status& status) override {
@@ -44,22 +47,19 @@ class HostOutbox final : public SessionSink {
 
   const std::string& host() const override { return host_; }
 
-  rpc::StreamOutbox<HostMessage, HostCoordinatorMessage>& stream() {
-    return stream_;
-  }
+  rpc::StreamOutbox<grpc::ByteBuffer, grpc::ByteBuffer>& stream() { return stream_; }
 
  private:
-  rpc::StreamOutbox<HostMessage, HostCoordinatorMessage> stream_;
+  rpc::StreamOutbox<grpc::ByteBuffer, grpc::ByteBuffer> stream_;
   const std::string host_;
   const std::vector<int> ranks_;
 };
 
-class HostSessionReactor final
-    : public grpc::ServerBidiReactor<HostMessage, HostCoordinatorMessage> {
+class HostSessionReactor final : public RawReactor {
  public:
   HostSessionReactor(Coordinator* coordinator, std::string principal)
       : coordinator_(coordinator), principal_(std::move(principal)) {
-    StartRead(&in_);
+    StartRead(&raw_in_);
   }
 
   void OnReadDone(bool ok) override {
@@ -68,7 +68,10 @@ class HostSessionReactor final
       Finish(grpc::Status::OK);
       return;
     }
-    absl::Status s = Handle();
+    in_.Clear();
+    const grpc::Status decoded = Decode(raw_in_, &in_);
+    absl::Status s = decoded.ok() ? Handle()
+                                  : absl::InvalidArgumentError(decoded.error_message());
     if (!s.ok()) {
       coordinator_->metrics().RpcError(
           "HostSession", GrpcCodeName(static_cast<grpc::StatusCode>(s.code())));
@@ -78,7 +81,7 @@ class HostSessionReactor final
       return;
     }
     // A superseded session was finished meanwhile: start nothing new.
-    if (outbox_ == nullptr || !outbox_->stream().finishing()) StartRead(&in_);
+    if (outbox_ == nullptr || !outbox_->stream().finishing()) StartRead(&raw_in_);
   }
 
   void OnWriteDone(bool ok) override { outbox_->stream().OnWriteDone(ok); }
@@ -94,8 +97,7 @@ class HostSessionReactor final
     if (outbox_ != nullptr) {
       outbox_->stream().Finish(status);  // after the write in flight
     } else {
-      grpc::ServerBidiReactor<HostMessage, HostCoordinatorMessage>::Finish(
-          status);
+      RawReactor::Finish(status);
     }
   }
 
@@ -147,13 +149,14 @@ class HostSessionReactor final
   std::shared_ptr<JobState> job_;
   std::vector<int> ranks_;
   absl::flat_hash_set<int> carried_;
+  grpc::ByteBuffer raw_in_;
   HostMessage in_;
 };
 
 }  // namespace
 
-grpc::ServerBidiReactor<HostMessage, HostCoordinatorMessage>*
-NewHostSessionReactor(Coordinator* coordinator, std::string principal) {
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* NewHostSessionReactor(
+    Coordinator* coordinator, std::string principal) {
   return new HostSessionReactor(coordinator, std::move(principal));
 }
 

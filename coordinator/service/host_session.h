@@ -30,9 +30,10 @@ namespace dynmo::service {
 // A reactor that deletes itself when the stream is done. `principal`: the
 // named caller (auth.h), or empty; a named caller may only attach ranks of
 // its own jobs (PERMISSION_DENIED).
-grpc::ServerBidiReactor<dynmo::v1::HostMessage,
-                        dynmo::v1::HostCoordinatorMessage>*
-NewHostSessionReactor(Coordinator* coordinator, std::string principal);
+// The stream is raw (raw_message.h): a message that does not decode as a
+// HostMessage ends it with INVALID_ARGUMENT.
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* NewHostSessionReactor(
+    Coordinator* coordinator, std::string principal);
 
 // The session_refused line of a Session or HostSession ended by `why`,
 // bounded in size and rate (refusal_log.h).

@@ -1,7 +1,7 @@
 // Refusals say what happened, in a bounded line (issue 25 item 5): refusal
 // log lines are cut in size and limited in rate with a count of what was
 // dropped; a refused claim is FAILED_PRECONDITION whatever its size; bytes
-// that do not decode are INVALID_ARGUMENT; a Session or HostSession may
+// that do not decode are INVALID_ARGUMENT, in a request or on a stream; a Session or HostSession may
 // only attach ranks of its principal's jobs; host names with control
 // characters and negative devices are refused; a rank's report of layers
 // its stage does not hold is refused.
@@ -155,6 +155,50 @@ TEST_F(RefusalsApiTest, BytesThatDoNotDecodeAreInvalidArgument) {
     done.WaitForNotification();
     EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
         << method << ": " << status.error_message();
+  }
+}
+
+// One raw message on a bidi stream, then half-close; the stream's status.
+class RawBidi final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  RawBidi(grpc::GenericStub* stub, grpc::ClientContext* ctx, const std::string& method,
+          const std::string& bytes)
+      : slice_(bytes), out_(&slice_, 1) {
+    stub->PrepareBidiStreamingCall(ctx, method, grpc::StubOptions(), this);
+    StartWriteLast(&out_, grpc::WriteOptions());
+    StartRead(&in_);
+    StartCall();
+  }
+  void OnReadDone(bool ok) override {
+    if (ok) StartRead(&in_);
+  }
+  void OnDone(const grpc::Status& s) override {
+    status_ = s;
+    done_.Notify();
+  }
+  grpc::Status Wait() {
+    done_.WaitForNotification();
+    return status_;
+  }
+
+ private:
+  grpc::Slice slice_;
+  grpc::ByteBuffer out_, in_;
+  grpc::Status status_;
+  absl::Notification done_;
+};
+
+TEST_F(RefusalsApiTest, StreamMessagesThatDoNotDecodeEndTheStreamWithInvalidArgument) {
+  grpc::GenericStub stub(channel_);
+  for (const char* method : {"/dynmo.v1.AgentService/Session",
+                             "/dynmo.v1.AgentService/HostSession"}) {
+    grpc::ClientContext ctx;
+    agent::AddBearerToken(&ctx, "train-a-token-0123456");
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    RawBidi call(&stub, &ctx, method, std::string("\xff\xff\xff\xff\x0f not a protobuf", 20));
+    const grpc::Status s = call.Wait();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << method << ": " << s.error_message();
   }
 }
 
