@@ -42,7 +42,8 @@ run() {  # agents dp iteration_ms iterations commit [ranks_per_session] [relay_r
   local agents=$1 dp=$2 ms=$3 iters=$4 commit=$5 k=${6:-1} relay=${7:-0} port
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   "$bin/dynmo-coordinator" --listen "127.0.0.1:$port" --trigger every:10 \
-      --plan_lead_iterations 5 --commit "$commit" > "$work/coord.log" 2>&1 &
+      --plan_lead_iterations 5 --commit "$commit" --max_ranks_per_job 65536 \
+      --max_replica_layers 1048576 > "$work/coord.log" 2>&1 &
   coord=$!
   sleep 0.5
   /usr/bin/time -f "%M" -o "$work/lg.rss" "$bin/dynmo-loadgen" \

@@ -1,5 +1,7 @@
 #include "cli/coordinator_flags.h"
 
+#include "cli/address.h"
+
 #include "absl/flags/flag.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -32,9 +34,10 @@ absl::StatusOr<CoordinatorClientFlags> ReadCoordinatorClientFlags() {
 
 absl::Status CheckCoordinatorAddress(absl::string_view coordinator) {
   if (coordinator == "embedded" || coordinator == "none") return absl::OkStatus();
-  if (!absl::StrContains(coordinator, ':') || absl::StrContains(coordinator, ' ')) {
+  if (absl::Status s = CheckAddress("coordinator", coordinator); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--coordinator must be embedded, none or HOST:PORT, not '", coordinator, "'"));
+        "--coordinator must be embedded, none or HOST:PORT, not '", coordinator, "' (",
+        s.message(), ")"));
   }
   return absl::OkStatus();
 }

@@ -16,6 +16,7 @@
 // A readable table by default; --json prints the response message as JSON
 // (protobuf's canonical mapping). Exit status 0 on success, 1 on an RPC
 // error (its code and message on stderr), 2 on a usage error.
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -31,6 +32,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "agent/channel.h"
+#include "cli/address.h"
+#include "cli/flag_parse.h"
 #include "cli/program_info.h"
 #include "dynmo/v1/operator.grpc.pb.h"
 #include "dynmo/v1/scheduler.grpc.pb.h"
@@ -75,10 +78,25 @@ int Fail(const char* what, const grpc::Status& s) {
   return 1;
 }
 
-int Usage(const std::string& why) {
-  std::fprintf(stderr, "dynmo-ctl: %s\n%s\n", why.c_str(),
-               std::string(absl::ProgramUsageMessage()).c_str());
-  return 2;
+// A bad command line: one line, exit 2.
+int Usage(const std::string& why) { return cli::BadCommandLine("dynmo-ctl", why); }
+
+// The flags' values a typo or a sign error makes meaningless; empty when
+// all are in range.
+std::string BadFlagValues() {
+  const double timeout = absl::GetFlag(FLAGS_timeout_s);
+  if (!(std::isfinite(timeout) && timeout > 0 && timeout <= 1e6)) {
+    return "--timeout_s must be in (0, 1e6] seconds";
+  }
+  const int64_t lease = absl::GetFlag(FLAGS_lease_seconds);
+  if (lease <= 0 || lease > 365LL * 24 * 3600) {
+    return "--lease_seconds must be in (0, one year]";
+  }
+  if (absl::Status s = cli::CheckAddress("coordinator", absl::GetFlag(FLAGS_coordinator));
+      !s.ok()) {
+    return std::string(s.message());
+  }
+  return "";
 }
 
 void PrintJson(const google::protobuf::Message& m) {
@@ -235,8 +253,9 @@ int main(int argc, char** argv) {
                                        absl::ProgramUsageMessage())) {
     return 0;
   }
-  std::vector<char*> pos = absl::ParseCommandLine(argc, argv);
+  std::vector<char*> pos = cli::ParseFlagsOrExit(argc, argv, "dynmo-ctl");
   if (pos.size() < 2) return Usage("missing command");
+  if (std::string bad = BadFlagValues(); !bad.empty()) return Usage(bad);
   const std::string cmd = pos[1];
   std::vector<std::string> args(pos.begin() + 2, pos.end());
   const bool json = absl::GetFlag(FLAGS_json);
@@ -263,6 +282,7 @@ int main(int argc, char** argv) {
   };
 
   if (cmd == "jobs") {
+    if (!args.empty()) return Usage("jobs takes no arguments");
     grpc::ClientContext ctx;
     Prepare(&ctx);
     v1::ListJobsResponse r;

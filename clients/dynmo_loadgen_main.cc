@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -37,6 +38,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -45,6 +47,8 @@
 #include "agent/agent.h"
 #include "agent/channel.h"
 #include "agent/host_agent.h"
+#include "cli/address.h"
+#include "cli/flag_parse.h"
 #include "cli/program_info.h"
 #include "coordinator/core/measures.h"
 #include "coordinator/core/partition.h"
@@ -121,8 +125,25 @@ int main(int argc, char** argv) {
                                        absl::ProgramUsageMessage())) {
     return 0;
   }
-  absl::ParseCommandLine(argc, argv);
+  cli::ParseFlagsOrExit(argc, argv, "dynmo-loadgen", /*max_positional=*/0);
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  if (absl::Status s = cli::CheckAddress("coordinator", absl::GetFlag(FLAGS_coordinator));
+      !s.ok()) {
+    return Die(std::string(s.message()));
+  }
+  for (const auto* seconds : {&FLAGS_connect_timeout_s, &FLAGS_drain_s}) {
+    const double v = absl::GetFlag(*seconds);
+    if (!(std::isfinite(v) && v >= 0 && v <= 1e6)) {
+      return Die(absl::StrCat("--", absl::GetFlagReflectionHandle(*seconds).Name(),
+                              " must be in [0, 1e6] seconds"));
+    }
+  }
+  if (absl::GetFlag(FLAGS_iteration_ms) < 0 || absl::GetFlag(FLAGS_layers) < 0 ||
+      absl::GetFlag(FLAGS_threads) < 1 || absl::GetFlag(FLAGS_queue_capacity) < 1 ||
+      absl::GetFlag(FLAGS_microbatches) < 1 || absl::GetFlag(FLAGS_agents_per_channel) < 1) {
+    return Die("--iteration_ms and --layers must be >= 0; --threads, --queue_capacity, "
+               "--microbatches and --agents_per_channel >= 1");
+  }
   const int agents = absl::GetFlag(FLAGS_agents);
   const int dp = absl::GetFlag(FLAGS_dp);
   const int iterations = absl::GetFlag(FLAGS_iterations);

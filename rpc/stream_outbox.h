@@ -1,6 +1,8 @@
 // StreamOutbox<In, Out>: the write side of one server bidi stream (the
-// coordinator's Session and HostSession, the node relay's Session): a queue
-// in front of the reactor's single outstanding write. Outlives the reactor
+// coordinator's Session and HostSession, the node relay's Session), or of a
+// server-streaming one with Reactor = grpc::ServerWriteReactor<Out> (the
+// coordinator's WatchReleased): a queue in front of the reactor's single
+// outstanding write. Outlives the reactor
 // (jobs and relays hold the sinks that use it), so every use checks that the
 // reactor is still there.
 //
@@ -22,10 +24,10 @@
 
 namespace dynmo::rpc {
 
-template <typename In, typename Out>
+template <typename In, typename Out, typename R = grpc::ServerBidiReactor<In, Out>>
 class StreamOutbox {
  public:
-  using Reactor = grpc::ServerBidiReactor<In, Out>;
+  using Reactor = R;
 
   explicit StreamOutbox(Reactor* reactor) : reactor_(reactor) {}
 

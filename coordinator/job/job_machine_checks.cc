@@ -1,6 +1,7 @@
 // JobMachine's checks of what ranks send, made before anything is applied
 // (a refused message changes nothing): a report's or ack's rank, values and
-// epoch, and the windows iterations and epochs must fall in
+// epoch, the layers a report times (only those the rank's stage holds under
+// the layout in force), and the windows iterations and epochs must fall in
 // (JobOptions::iteration_window, epoch_window).
 //
 // Part of JobMachine (job_machine.h).
@@ -11,6 +12,42 @@
 #include "coordinator/job/validation.h"
 
 namespace dynmo::service {
+namespace {
+
+// INVALID_ARGUMENT for a report, run under the layout in force, that times
+// a layer the rank's stage does not hold.
+absl::Status CheckReportedLayers(const RankRoster& roster, const JobLayout& layout,
+                                 uint64_t applied_epoch, int rank,
+                                 const dynmo::v1::IterationReport& report) {
+  // Under another epoch (a plan being applied, a restart being reconciled)
+  // the rank may hold another stage's layers: only the layout in force is
+  // checked.
+  if (report.applied_epoch() != applied_epoch || report.layers_size() == 0) {
+    return absl::OkStatus();
+  }
+  const int stage = roster.at(rank).pipeline_rank;
+  const std::vector<int>& active = layout.active_stages;
+  const auto it = std::find(active.begin(), active.end(), stage);
+  int first = 0, end = 0;  // a released stage holds no layer
+  if (it != active.end()) {
+    const size_t i = static_cast<size_t>(it - active.begin());
+    if (i + 1 < layout.boundaries.size()) {
+      first = layout.boundaries[i];
+      end = layout.boundaries[i + 1];
+    }
+  }
+  for (const auto& l : report.layers()) {
+    if (l.layer() < first || l.layer() >= end) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rank ", rank, " (stage ", stage, ") reported layer ", l.layer(),
+          ", which its stage does not hold under epoch ", applied_epoch,
+          " (layers [", first, ", ", end, "))"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::Status JobMachine::Check(const UpstreamMessage& m) const {
   if (!roster_.Contains(m.rank)) {
@@ -22,7 +59,10 @@ absl::Status JobMachine::Check(const UpstreamMessage& m) const {
       return s;
     }
     if (absl::Status s = CheckIteration(m.report->iteration()); !s.ok()) return s;
-    return protocol_.CheckReportEpoch(m.report->applied_epoch());
+    if (absl::Status s = protocol_.CheckReportEpoch(m.report->applied_epoch()); !s.ok()) {
+      return s;
+    }
+    return CheckReportedLayers(roster_, layout_, protocol_.applied_epoch(), m.rank, *m.report);
   }
   if (m.ack != nullptr) {
     if (absl::Status s = ValidateAck(*m.ack); !s.ok()) return s;

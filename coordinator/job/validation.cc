@@ -19,6 +19,16 @@ absl::Status Invalid(absl::string_view what) {
 
 using core::FiniteNonNegative;
 
+// No ASCII control character (C0 or DEL): a host name ends up in log lines
+// and terminals. UTF-8 above ASCII is let through.
+bool PrintableText(absl::string_view text) {
+  for (const char c : text) {
+    const unsigned char u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) return false;
+  }
+  return true;
+}
+
 bool Seconds(double v) { return FiniteNonNegative(v) && v <= kMaxLayerSeconds; }
 bool Bytes(int64_t v) { return v >= 0 && v <= kMaxBytes; }
 
@@ -82,6 +92,12 @@ absl::Status ValidateRegister(const dynmo::v1::RegisterRequest& r) {
   }
   if (r.host().size() > 256 || r.model_fingerprint().size() > 256) {
     return Invalid("host and model_fingerprint are limited to 256 bytes");
+  }
+  if (!PrintableText(r.host())) {
+    return Invalid("host holds a control character (printable text only)");
+  }
+  if (r.device() < 0) {
+    return Invalid(absl::StrCat("device ", r.device(), " is negative"));
   }
   if (r.microbatches() < 0 || r.microbatches() > 1 << 20) {
     return Invalid("microbatches must be in [0, 2^20]");
@@ -217,6 +233,9 @@ absl::Status ValidateHostHello(const dynmo::v1::HostHello& hello) {
   if (absl::Status s = ValidateJobName(hello.job()); !s.ok()) return s;
   if (hello.host().empty() || hello.host().size() > 256) {
     return Invalid("HostHello.host must be 1..256 bytes");
+  }
+  if (!PrintableText(hello.host())) {
+    return Invalid("HostHello.host holds a control character (printable text only)");
   }
   if (hello.ranks_size() == 0) return Invalid("HostHello names no rank");
   if (hello.ranks_size() > kMaxRanksPerJob) {

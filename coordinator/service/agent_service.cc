@@ -8,6 +8,8 @@
 #include "rpc/stream_outbox.h"
 #include "coordinator/job/validation.h"
 #include "coordinator/service/grpc_status.h"
+#include "coordinator/service/raw_message.h"
+#include "coordinator/service/refusal_log.h"
 
 namespace dynmo::service {
 namespace {
@@ -17,15 +19,16 @@ using dynmo::v1::CoordinatorMessage;
 
 class SessionReactor;
 
-// A one-rank Session's sink: the stream's outbox.
+using RawReactor = grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>;
+
+// A one-rank Session's sink: the stream's outbox, of encoded messages (the
+// stream is raw: raw_message.h).
 class Outbox final : public SessionSink {
  public:
-  explicit Outbox(
-      grpc::ServerBidiReactor<AgentMessage, CoordinatorMessage>* reactor)
-      : stream_(reactor) {}
+  explicit Outbox(RawReactor* reactor) : stream_(reactor) {}
 
   void Send(std::shared_ptr<const CoordinatorMessage> message) override {
-    stream_.Write(std::move(message));
+    stream_.Write(Encoded(*message));
   }
   void Close(const absl::Status& status) override {
     stream_.Finish(ToGrpcStatus(status));
@@ -36,15 +39,15 @@ class Outbox final : public SessionSink {
   void Detach() { stream_.Detach(); }
 
  private:
-  rpc::StreamOutbox<AgentMessage, CoordinatorMessage> stream_;
+  rpc::StreamOutbox<grpc::ByteBuffer, grpc::ByteBuffer> stream_;
 };
 
-class SessionReactor final
-    : public grpc::ServerBidiReactor<AgentMessage, CoordinatorMessage> {
+class SessionReactor final : public RawReactor {
  public:
-  explicit SessionReactor(Coordinator* coordinator)
-      : coordinator_(coordinator), outbox_(std::make_shared<Outbox>(this)) {
-    StartRead(&in_);
+  SessionReactor(Coordinator* coordinator, std::string principal)
+      : coordinator_(coordinator), principal_(std::move(principal)),
+        outbox_(std::make_shared<Outbox>(this)) {
+    StartRead(&raw_in_);
   }
 
   void OnReadDone(bool ok) override {
@@ -53,15 +56,20 @@ class SessionReactor final
       outbox_->Finish(grpc::Status::OK);
       return;
     }
-    absl::Status s = Handle();
+    in_.Clear();
+    const grpc::Status decoded = Decode(raw_in_, &in_);
+    absl::Status s = decoded.ok() ? Handle()
+                                  : absl::InvalidArgumentError(decoded.error_message());
     if (!s.ok()) {
       coordinator_->metrics().RpcError(
           "Session", GrpcCodeName(static_cast<grpc::StatusCode>(s.code())));
+      LogSessionRefusal("Session", job_ != nullptr ? job_->name() : in_.hello().job(),
+                        job_ != nullptr ? rank_ : in_.hello().rank(), s);
       outbox_->Finish(ToGrpcStatus(s));
       return;
     }
     // A superseded session was finished meanwhile: start nothing new.
-    if (!outbox_->finishing()) StartRead(&in_);
+    if (!outbox_->finishing()) StartRead(&raw_in_);
   }
 
   void OnWriteDone(bool ok) override { outbox_->OnWriteDone(ok); }
@@ -80,7 +88,7 @@ class SessionReactor final
             "the first Session message must be hello{job, rank}");
       }
       absl::StatusOr<std::shared_ptr<JobState>> job =
-          coordinator_->jobs().Find(in_.hello().job());
+          coordinator_->jobs().FindFor(in_.hello().job(), principal_);
       if (!job.ok()) return job.status();
       if (absl::Status s = (*job)->Attach(in_.hello().rank(),
                                           in_.hello().session_key(), outbox_);
@@ -104,9 +112,11 @@ class SessionReactor final
   }
 
   Coordinator* coordinator_;
+  const std::string principal_;  // named caller, or empty
   std::shared_ptr<Outbox> outbox_;
   std::shared_ptr<JobState> job_;
   int rank_ = -1;
+  grpc::ByteBuffer raw_in_;
   AgentMessage in_;
 };
 
@@ -120,68 +130,72 @@ class RefusedStream final : public grpc::ServerBidiReactor<In, Out> {
 
 }  // namespace
 
-grpc::ServerUnaryReactor* AgentServiceImpl::Register(
-    grpc::CallbackServerContext* context,
-    const dynmo::v1::RegisterRequest* request,
-    dynmo::v1::RegisterResponse* response) {
+grpc::ServerUnaryReactor* AgentServiceImpl::Register(grpc::CallbackServerContext* context,
+                                                     const grpc::ByteBuffer* request,
+                                                     grpc::ByteBuffer* response) {
+  grpc::Status s = DoRegister(*context, *request, response);
+  if (!s.ok()) coordinator_->metrics().RpcError("Register", GrpcCodeName(s.error_code()));
   auto* reactor = context->DefaultReactor();
+  reactor->Finish(s);
+  return reactor;
+}
+
+grpc::Status AgentServiceImpl::DoRegister(const grpc::CallbackServerContext& context,
+                                          const grpc::ByteBuffer& raw,
+                                          grpc::ByteBuffer* raw_response) {
   Principal caller;
-  if (grpc::Status s = auth_->CheckStatus(*context, Role::kAgent, &caller); !s.ok()) {
-    coordinator_->metrics().RpcError("Register", GrpcCodeName(s.error_code()));
-    reactor->Finish(s);
-    return reactor;
-  }
+  if (grpc::Status s = auth_->CheckStatus(context, Role::kAgent, &caller); !s.ok()) return s;
+  dynmo::v1::RegisterRequest request;
+  if (grpc::Status s = Decode(raw, &request); !s.ok()) return s;
+  dynmo::v1::RegisterResponse response;
   absl::StatusOr<std::shared_ptr<JobState>> job = coordinator_->jobs().Register(
-      *request, response, caller.identified ? caller.name : "");
-  if (!job.ok()) {
-    coordinator_->metrics().RpcError(
-        "Register",
-        GrpcCodeName(static_cast<grpc::StatusCode>(job.status().code())));
-  }
-  reactor->Finish(ToGrpcStatus(job.status()));
-  return reactor;
+      request, &response, caller.identified ? caller.name : "");
+  if (!job.ok()) return ToGrpcStatus(job.status());
+  return Encode(response, raw_response);
 }
 
-grpc::ServerBidiReactor<AgentMessage, CoordinatorMessage>*
-AgentServiceImpl::Session(grpc::CallbackServerContext* context) {
-  if (grpc::Status s = auth_->CheckStatus(*context, Role::kAgent); !s.ok()) {
-    coordinator_->metrics().RpcError("Session", GrpcCodeName(s.error_code()));
-    return new RefusedStream<AgentMessage, CoordinatorMessage>(s);
-  }
-  return new SessionReactor(coordinator_);
-}
-
-grpc::ServerUnaryReactor* AgentServiceImpl::RegisterHost(
-    grpc::CallbackServerContext* context,
-    const dynmo::v1::RegisterHostRequest* request,
-    dynmo::v1::RegisterHostResponse* response) {
-  auto* reactor = context->DefaultReactor();
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* AgentServiceImpl::Session(
+    grpc::CallbackServerContext* context) {
   Principal caller;
   if (grpc::Status s = auth_->CheckStatus(*context, Role::kAgent, &caller); !s.ok()) {
-    coordinator_->metrics().RpcError("RegisterHost", GrpcCodeName(s.error_code()));
-    reactor->Finish(s);
-    return reactor;
+    coordinator_->metrics().RpcError("Session", GrpcCodeName(s.error_code()));
+    return new RefusedStream<grpc::ByteBuffer, grpc::ByteBuffer>(s);
   }
-  absl::StatusOr<std::shared_ptr<JobState>> job = coordinator_->jobs().RegisterHost(
-      *request, response, caller.identified ? caller.name : "");
-  if (!job.ok()) {
-    response->Clear();
-    coordinator_->metrics().RpcError(
-        "RegisterHost",
-        GrpcCodeName(static_cast<grpc::StatusCode>(job.status().code())));
-  }
-  reactor->Finish(ToGrpcStatus(job.status()));
+  return new SessionReactor(coordinator_, caller.identified ? caller.name : "");
+}
+
+grpc::ServerUnaryReactor* AgentServiceImpl::RegisterHost(grpc::CallbackServerContext* context,
+                                                         const grpc::ByteBuffer* request,
+                                                         grpc::ByteBuffer* response) {
+  grpc::Status s = DoRegisterHost(*context, *request, response);
+  if (!s.ok()) coordinator_->metrics().RpcError("RegisterHost", GrpcCodeName(s.error_code()));
+  auto* reactor = context->DefaultReactor();
+  reactor->Finish(s);
   return reactor;
 }
 
-grpc::ServerBidiReactor<dynmo::v1::HostMessage,
-                        dynmo::v1::HostCoordinatorMessage>*
-AgentServiceImpl::HostSession(grpc::CallbackServerContext* context) {
-  if (grpc::Status s = auth_->CheckStatus(*context, Role::kAgent); !s.ok()) {
+grpc::Status AgentServiceImpl::DoRegisterHost(const grpc::CallbackServerContext& context,
+                                              const grpc::ByteBuffer& raw,
+                                              grpc::ByteBuffer* raw_response) {
+  Principal caller;
+  if (grpc::Status s = auth_->CheckStatus(context, Role::kAgent, &caller); !s.ok()) return s;
+  dynmo::v1::RegisterHostRequest request;
+  if (grpc::Status s = Decode(raw, &request); !s.ok()) return s;
+  dynmo::v1::RegisterHostResponse response;
+  absl::StatusOr<std::shared_ptr<JobState>> job = coordinator_->jobs().RegisterHost(
+      request, &response, caller.identified ? caller.name : "");
+  if (!job.ok()) return ToGrpcStatus(job.status());
+  return Encode(response, raw_response);
+}
+
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* AgentServiceImpl::HostSession(
+    grpc::CallbackServerContext* context) {
+  Principal caller;
+  if (grpc::Status s = auth_->CheckStatus(*context, Role::kAgent, &caller); !s.ok()) {
     coordinator_->metrics().RpcError("HostSession", GrpcCodeName(s.error_code()));
-    return new RefusedStream<dynmo::v1::HostMessage, dynmo::v1::HostCoordinatorMessage>(s);
+    return new RefusedStream<grpc::ByteBuffer, grpc::ByteBuffer>(s);
   }
-  return NewHostSessionReactor(coordinator_);
+  return NewHostSessionReactor(coordinator_, caller.identified ? caller.name : "");
 }
 
 }  // namespace dynmo::service

@@ -17,32 +17,43 @@
 
 namespace dynmo::service {
 
-class AgentServiceImpl final : public dynmo::v1::AgentService::CallbackService {
+// Every method is raw: the service decodes the bytes itself
+// (raw_message.h), so a request or stream message that does not decode is
+// INVALID_ARGUMENT (gRPC's own decoding answers UNIMPLEMENTED on a unary
+// callback method and ends a stream with OK).
+class AgentServiceImpl final
+    : public dynmo::v1::AgentService::WithRawCallbackMethod_Register<
+          dynmo::v1::AgentService::WithRawCallbackMethod_RegisterHost<
+              dynmo::v1::AgentService::WithRawCallbackMethod_Session<
+                  dynmo::v1::AgentService::WithRawCallbackMethod_HostSession<
+                      dynmo::v1::AgentService::Service>>>> {
  public:
   // `auth` (not owned) gates every RPC: a call without the agents' bearer
   // token ends UNAUTHENTICATED before it touches any job.
   AgentServiceImpl(Coordinator* coordinator, const Authenticator* auth)
       : coordinator_(coordinator), auth_(auth) {}
 
-  grpc::ServerUnaryReactor* Register(
-      grpc::CallbackServerContext* context,
-      const dynmo::v1::RegisterRequest* request,
-      dynmo::v1::RegisterResponse* response) override;
+  grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* context,
+                                     const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
 
-  grpc::ServerBidiReactor<dynmo::v1::AgentMessage,
-                          dynmo::v1::CoordinatorMessage>*
-  Session(grpc::CallbackServerContext* context) override;
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Session(
+      grpc::CallbackServerContext* context) override;
 
-  grpc::ServerUnaryReactor* RegisterHost(
-      grpc::CallbackServerContext* context,
-      const dynmo::v1::RegisterHostRequest* request,
-      dynmo::v1::RegisterHostResponse* response) override;
+  grpc::ServerUnaryReactor* RegisterHost(grpc::CallbackServerContext* context,
+                                         const grpc::ByteBuffer* request,
+                                         grpc::ByteBuffer* response) override;
 
-  grpc::ServerBidiReactor<dynmo::v1::HostMessage,
-                          dynmo::v1::HostCoordinatorMessage>*
-  HostSession(grpc::CallbackServerContext* context) override;
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* HostSession(
+      grpc::CallbackServerContext* context) override;
 
  private:
+  // The calls once decoded: credentials, then the registration.
+  grpc::Status DoRegister(const grpc::CallbackServerContext& context,
+                          const grpc::ByteBuffer& raw, grpc::ByteBuffer* raw_response);
+  grpc::Status DoRegisterHost(const grpc::CallbackServerContext& context,
+                              const grpc::ByteBuffer& raw, grpc::ByteBuffer* raw_response);
+
   Coordinator* coordinator_;
   const Authenticator* auth_;
 };

@@ -11,6 +11,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "coordinator/service/event_log.h"
+#include "coordinator/service/refusal_log.h"
 #include "grpcpp/security/auth_context.h"
 
 namespace dynmo::service {
@@ -47,32 +48,14 @@ absl::StatusOr<std::string> ReadToken(const std::string& path) {
   return token;
 }
 
-// One log line per refused call, at most 10 a minute (a flood of bad
-// credentials must not flood the log); the lines a window dropped are
-// counted in the next one.
-void LogRefusal(const grpc::ServerContextBase& context, Role role, const absl::Status& s) {
-  static absl::Mutex mu(absl::kConstInit);
-  static absl::Time window ABSL_GUARDED_BY(mu);
-  static int logged ABSL_GUARDED_BY(mu) = 0;
-  static int dropped ABSL_GUARDED_BY(mu) = 0;
-  absl::MutexLock lock(&mu);
-  const absl::Time now = absl::Now();
-  if (now - window > absl::Minutes(1)) {
-    window = now;
-    logged = 0;
-  }
-  if (logged >= 10) {
-    ++dropped;
-    return;
-  }
-  ++logged;
-  LogEvent(LogLevel::kWarning, "auth_refused",
-           {{"role", RoleName(role)},
-            {"peer", context.peer()},
-            {"code", absl::StatusCodeToString(s.code())},
-            {"reason", s.message()},
-            {"unlogged_before", dropped}});
-  dropped = 0;
+// One log line per refused call, bounded in size and rate (refusal_log.h):
+// a flood of bad credentials must not flood the log.
+void LogAuthRefusal(const grpc::ServerContextBase& context, Role role, const absl::Status& s) {
+  LogRefusal(LogLevel::kWarning, "auth_refused",
+             {{"role", RoleName(role)},
+              {"peer", Bounded(context.peer(), 128)},
+              {"code", absl::StatusCodeToString(s.code())},
+              {"reason", Bounded(s.message())}});
 }
 
 }  // namespace
@@ -195,7 +178,7 @@ grpc::Status Authenticator::CheckStatus(const grpc::ServerContextBase& context, 
                                         Principal* principal) const {
   absl::StatusOr<Principal> p = Check(context, role);
   if (!p.ok()) {
-    LogRefusal(context, role, p.status());
+    LogAuthRefusal(context, role, p.status());
     return grpc::Status(static_cast<grpc::StatusCode>(p.status().code()),
                         std::string(p.status().message()));
   }

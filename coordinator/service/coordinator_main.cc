@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -19,15 +21,18 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "cli/address.h"
+#include "cli/flag_parse.h"
 #include "cli/program_info.h"
 #include "coordinator/core/partition.h"
 #include "coordinator/service/event_log.h"
 #include "coordinator/job/policy.h"
+#include "coordinator/job/validation.h"
 #include "coordinator/service/server.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:50051", "gRPC listen address");
 ABSL_FLAG(std::string, metrics_listen, "",
-          "Prometheus /metrics listen address (empty: off), e.g. :9464");
+          "Prometheus /metrics listen address (empty: off), e.g. 0.0.0.0:9464");
 ABSL_FLAG(std::string, state_dir, "",
           "directory for the crash-safe state (empty: in memory only)");
 ABSL_FLAG(std::string, balancer, "optimal",
@@ -80,6 +85,16 @@ ABSL_FLAG(std::string, port_file, "",
 ABSL_FLAG(int, max_jobs, 1024, "jobs served at most");
 ABSL_FLAG(int, max_jobs_per_principal, 64,
           "jobs one named principal (--principals_file) may create (0: no cap)");
+ABSL_FLAG(int, max_ranks_per_job, 2048,
+          "ranks (pipeline_size x data_parallel_size) one job may have; a "
+          "larger registration is refused with RESOURCE_EXHAUSTED (1..65536; "
+          "memory per job: docs/operations.md)");
+ABSL_FLAG(int, max_layers, 1024,
+          "layers one job may have; a larger registration is refused with "
+          "RESOURCE_EXHAUSTED (1..65536)");
+ABSL_FLAG(int64_t, max_replica_layers, 8192,
+          "data_parallel_size x num_layers one job may have (one cost "
+          "estimate each); larger: RESOURCE_EXHAUSTED (1..2^20)");
 ABSL_FLAG(std::string, metrics_auth_file, "",
           "a file holding USER:PASSWORD: /metrics then wants HTTP basic auth "
           "(empty: /metrics is open)");
@@ -96,6 +111,9 @@ ABSL_FLAG(std::string, log_format, "logfmt",
 ABSL_FLAG(std::string, log_level, "info",
           "least level logged: debug | info | warning | error");
 ABSL_FLAG(int, max_message_bytes, 4 << 20, "largest accepted gRPC message");
+ABSL_FLAG(int, max_watchers, 64,
+          "WatchReleased streams served at once (no thread each); more are "
+          "refused with RESOURCE_EXHAUSTED (1..100000)");
 ABSL_FLAG(int64_t, iteration_window, 1000000,
           "refuse a report or ack whose iteration is more than this beyond "
           "the job's newest (INVALID_ARGUMENT)");
@@ -126,6 +144,20 @@ std::string BadNumbers() {
     return "--auto_horizon_iterations must be >= 1";
   }
   if (absl::GetFlag(FLAGS_max_jobs) < 1) return "--max_jobs must be >= 1";
+  const int ranks = absl::GetFlag(FLAGS_max_ranks_per_job);
+  if (ranks < 1 || ranks > dynmo::service::kMaxRanksPerJob) {
+    return absl::StrCat("--max_ranks_per_job must be in [1, ",
+                        dynmo::service::kMaxRanksPerJob, "]");
+  }
+  const int layers = absl::GetFlag(FLAGS_max_layers);
+  if (layers < 1 || layers > dynmo::service::kMaxLayers) {
+    return absl::StrCat("--max_layers must be in [1, ", dynmo::service::kMaxLayers, "]");
+  }
+  const int64_t replica_layers = absl::GetFlag(FLAGS_max_replica_layers);
+  if (replica_layers < 1 || replica_layers > dynmo::service::kMaxReplicaLayers) {
+    return absl::StrCat("--max_replica_layers must be in [1, ",
+                        dynmo::service::kMaxReplicaLayers, "]");
+  }
   for (const auto* window : {&FLAGS_iteration_window, &FLAGS_epoch_window}) {
     const int64_t w = absl::GetFlag(*window);
     if (w < 1 || w > (int64_t{1} << 53)) {
@@ -133,6 +165,8 @@ std::string BadNumbers() {
                           " must be in [1, 2^53]");
     }
   }
+  const int watchers = absl::GetFlag(FLAGS_max_watchers);
+  if (watchers < 1 || watchers > 100000) return "--max_watchers must be in [1, 100000]";
   if (absl::GetFlag(FLAGS_max_message_bytes) < 4096) {
     return "--max_message_bytes must be >= 4096";
   }
@@ -147,16 +181,15 @@ int Refuse(int code, absl::string_view why) {
   return code;
 }
 
-// "HOST:PORT" with PORT in 0..65535 (empty allowed: a disabled endpoint).
-std::string BadAddress(const std::string& address) {
+// The listen addresses (cli/address.h): HOST:PORT, [IPV6]:PORT or
+// unix:PATH (0.0.0.0:PORT for every interface); empty allowed for a
+// disabled endpoint.
+std::string BadAddress(absl::string_view flag, const std::string& address) {
   if (address.empty()) return "";
-  const size_t colon = address.rfind(':');
-  int port = -1;
-  if (colon == std::string::npos || colon == 0 ||
-      !absl::SimpleAtoi(address.substr(colon + 1), &port) || port < 0 || port > 65535) {
-    return absl::StrCat("'", address, "' is not HOST:PORT with a port in 0..65535");
-  }
-  return "";
+  dynmo::cli::AddressRules rules;
+  rules.port_zero = true;
+  absl::Status s = dynmo::cli::CheckAddress(flag, address, rules);
+  return s.ok() ? "" : std::string(s.message());
 }
 
 }  // namespace
@@ -169,7 +202,15 @@ int main(int argc, char** argv) {
                                        absl::ProgramUsageMessage())) {
     return 0;
   }
-  absl::ParseCommandLine(argc, argv);
+  // One bad_flag line and exit 2 for an unknown flag, a value that does not
+  // parse, or any positional argument (the daemon takes none).
+  absl::StatusOr<std::vector<char*>> positional = dynmo::cli::ParseFlags(argc, argv);
+  if (!positional.ok()) return Refuse(2, positional.status().message());
+  if (positional->size() > 1) {
+    return Refuse(2, absl::StrCat("unexpected argument '", (*positional)[1],
+                                  "' (the coordinator takes flags only)"));
+  }
+  absl::ParseCommandLine(argc, argv);  // the same values; cannot fail now
   if (absl::Status s = dynmo::service::ConfigureEventLog(absl::GetFlag(FLAGS_log_format),
                                                          absl::GetFlag(FLAGS_log_level));
       !s.ok()) {
@@ -199,9 +240,13 @@ int main(int argc, char** argv) {
   opts.metrics_auth_file = absl::GetFlag(FLAGS_metrics_auth_file);
   opts.reflection = absl::GetFlag(FLAGS_reflection);
   opts.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  opts.max_watchers = absl::GetFlag(FLAGS_max_watchers);
   opts.coordinator.state_dir = absl::GetFlag(FLAGS_state_dir);
   opts.coordinator.max_jobs = absl::GetFlag(FLAGS_max_jobs);
   opts.coordinator.max_jobs_per_principal = absl::GetFlag(FLAGS_max_jobs_per_principal);
+  opts.coordinator.max_ranks_per_job = absl::GetFlag(FLAGS_max_ranks_per_job);
+  opts.coordinator.max_layers = absl::GetFlag(FLAGS_max_layers);
+  opts.coordinator.max_replica_layers = absl::GetFlag(FLAGS_max_replica_layers);
   if (opts.coordinator.max_jobs_per_principal < 0) {
     return Refuse(2, "--max_jobs_per_principal must be >= 0");
   }
@@ -266,9 +311,19 @@ int main(int argc, char** argv) {
   if (std::string bad = BadNumbers(); !bad.empty()) {
     return Refuse(2, bad);
   }
-  for (const std::string* address : {&opts.listen, &opts.metrics_listen}) {
-    if (std::string bad = BadAddress(*address); !bad.empty()) {
+  if (opts.listen.empty()) return Refuse(2, "--listen must not be empty");
+  for (const auto& [flag, address] : {std::pair<const char*, const std::string*>{
+                                          "listen", &opts.listen},
+                                      {"metrics_listen", &opts.metrics_listen}}) {
+    if (std::string bad = BadAddress(flag, *address); !bad.empty()) {
       return Refuse(2, bad);
+    }
+  }
+  // Checked whether or not /metrics is on: a file that would be refused
+  // once metrics are turned on is a mistake now.
+  if (!opts.metrics_auth_file.empty()) {
+    if (absl::Status s = service::ReadMetricsLogin(opts.metrics_auth_file).status(); !s.ok()) {
+      return Refuse(2, s.message());
     }
   }
 

@@ -10,6 +10,8 @@
 #include "rpc/stream_outbox.h"
 #include "coordinator/job/validation.h"
 #include "coordinator/service/grpc_status.h"
+#include "coordinator/service/raw_message.h"
+#include "coordinator/service/refusal_log.h"
 
 namespace dynmo::service {
 namespace {
@@ -18,11 +20,13 @@ using dynmo::v1::CoordinatorMessage;
 using dynmo::v1::HostCoordinatorMessage;
 using dynmo::v1::HostMessage;
 
-// The sink every rank of one host session shares.
+using RawReactor = grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>;
+
+// The sink every rank of one host session shares; it queues encoded
+// HostCoordinatorMessages (the stream is raw: raw_message.h).
 class HostOutbox final : public SessionSink {
  public:
-  HostOutbox(grpc::ServerBidiReactor<HostMessage, HostCoordinatorMessage>* r,
-             std::string host, std::vector<int> ranks)
+  HostOutbox(RawReactor* r, std::string host, std::vector<int> ranks)
       : stream_(r), host_(std::move(host)), ranks_(std::move(ranks)) {}
 
   void Send(std::shared_ptr<const CoordinatorMessage> message) override {
@@ -31,10 +35,10 @@ class HostOutbox final : public SessionSink {
 
   void SendTo(absl::Span<const int> ranks,
               std::shared_ptr<const CoordinatorMessage> message) override {
-    auto out = std::make_shared<HostCoordinatorMessage>();
-    out->mutable_ranks()->Add(ranks.begin(), ranks.end());
-    *out->mutable_message() = *message;
-    stream_.Write(std::move(out));
+    HostCoordinatorMessage out;
+    out.mutable_ranks()->Add(ranks.begin(), ranks.end());
+    *out.mutable_message() = *message;
+    stream_.Write(Encoded(out));
   }
 
   void Close(const absl::Status& status) override {
@@ -43,22 +47,19 @@ class HostOutbox final : public SessionSink {
 
   const std::string& host() const override { return host_; }
 
-  rpc::StreamOutbox<HostMessage, HostCoordinatorMessage>& stream() {
-    return stream_;
-  }
+  rpc::StreamOutbox<grpc::ByteBuffer, grpc::ByteBuffer>& stream() { return stream_; }
 
  private:
-  rpc::StreamOutbox<HostMessage, HostCoordinatorMessage> stream_;
+  rpc::StreamOutbox<grpc::ByteBuffer, grpc::ByteBuffer> stream_;
   const std::string host_;
   const std::vector<int> ranks_;
 };
 
-class HostSessionReactor final
-    : public grpc::ServerBidiReactor<HostMessage, HostCoordinatorMessage> {
+class HostSessionReactor final : public RawReactor {
  public:
-  explicit HostSessionReactor(Coordinator* coordinator)
-      : coordinator_(coordinator) {
-    StartRead(&in_);
+  HostSessionReactor(Coordinator* coordinator, std::string principal)
+      : coordinator_(coordinator), principal_(std::move(principal)) {
+    StartRead(&raw_in_);
   }
 
   void OnReadDone(bool ok) override {
@@ -67,15 +68,20 @@ class HostSessionReactor final
       Finish(grpc::Status::OK);
       return;
     }
-    absl::Status s = Handle();
+    in_.Clear();
+    const grpc::Status decoded = Decode(raw_in_, &in_);
+    absl::Status s = decoded.ok() ? Handle()
+                                  : absl::InvalidArgumentError(decoded.error_message());
     if (!s.ok()) {
       coordinator_->metrics().RpcError(
           "HostSession", GrpcCodeName(static_cast<grpc::StatusCode>(s.code())));
+      LogSessionRefusal("HostSession", job_ != nullptr ? job_->name() : in_.hello().job(),
+                        -1, s);
       Finish(ToGrpcStatus(s));
       return;
     }
     // A superseded session was finished meanwhile: start nothing new.
-    if (outbox_ == nullptr || !outbox_->stream().finishing()) StartRead(&in_);
+    if (outbox_ == nullptr || !outbox_->stream().finishing()) StartRead(&raw_in_);
   }
 
   void OnWriteDone(bool ok) override { outbox_->stream().OnWriteDone(ok); }
@@ -91,8 +97,7 @@ class HostSessionReactor final
     if (outbox_ != nullptr) {
       outbox_->stream().Finish(status);  // after the write in flight
     } else {
-      grpc::ServerBidiReactor<HostMessage, HostCoordinatorMessage>::Finish(
-          status);
+      RawReactor::Finish(status);
     }
   }
 
@@ -123,7 +128,7 @@ class HostSessionReactor final
     const dynmo::v1::HostHello& hello = in_.hello();
     if (absl::Status s = ValidateHostHello(hello); !s.ok()) return s;
     absl::StatusOr<std::shared_ptr<JobState>> job =
-        coordinator_->jobs().Find(hello.job());
+        coordinator_->jobs().FindFor(hello.job(), principal_);
     if (!job.ok()) return job.status();
     std::vector<int> ranks(hello.ranks().begin(), hello.ranks().end());
     auto outbox = std::make_shared<HostOutbox>(this, hello.host(), ranks);
@@ -139,18 +144,28 @@ class HostSessionReactor final
   }
 
   Coordinator* coordinator_;
+  const std::string principal_;  // named caller, or empty
   std::shared_ptr<HostOutbox> outbox_;
   std::shared_ptr<JobState> job_;
   std::vector<int> ranks_;
   absl::flat_hash_set<int> carried_;
+  grpc::ByteBuffer raw_in_;
   HostMessage in_;
 };
 
 }  // namespace
 
-grpc::ServerBidiReactor<HostMessage, HostCoordinatorMessage>*
-NewHostSessionReactor(Coordinator* coordinator) {
-  return new HostSessionReactor(coordinator);
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* NewHostSessionReactor(
+    Coordinator* coordinator, std::string principal) {
+  return new HostSessionReactor(coordinator, std::move(principal));
+}
+
+void LogSessionRefusal(absl::string_view rpc, absl::string_view job, int rank,
+                       const absl::Status& why) {
+  LogRefusal(LogLevel::kInfo, "session_refused",
+             {{"rpc", rpc}, {"job", Bounded(job, 128)}, {"rank", rank},
+              {"code", absl::StatusCodeToString(why.code())},
+              {"reason", Bounded(why.message())}});
 }
 
 }  // namespace dynmo::service

@@ -17,16 +17,28 @@
 #ifndef DYNMO_COORDINATOR_SERVICE_HOST_SESSION_H_
 #define DYNMO_COORDINATOR_SERVICE_HOST_SESSION_H_
 
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "coordinator/service/coordinator.h"
 #include "dynmo/v1/agent.grpc.pb.h"
 #include "grpcpp/support/server_callback.h"
 
 namespace dynmo::service {
 
-// A reactor that deletes itself when the stream is done.
-grpc::ServerBidiReactor<dynmo::v1::HostMessage,
-                        dynmo::v1::HostCoordinatorMessage>*
-NewHostSessionReactor(Coordinator* coordinator);
+// A reactor that deletes itself when the stream is done. `principal`: the
+// named caller (auth.h), or empty; a named caller may only attach ranks of
+// its own jobs (PERMISSION_DENIED).
+// The stream is raw (raw_message.h): a message that does not decode as a
+// HostMessage ends it with INVALID_ARGUMENT.
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* NewHostSessionReactor(
+    Coordinator* coordinator, std::string principal);
+
+// The session_refused line of a Session or HostSession ended by `why`,
+// bounded in size and rate (refusal_log.h).
+void LogSessionRefusal(absl::string_view rpc, absl::string_view job, int rank,
+                       const absl::Status& why);
 
 }  // namespace dynmo::service
 

@@ -17,6 +17,7 @@ absl::StatusOr<std::shared_ptr<JobState>> JobRegistry::Register(
     const dynmo::v1::RegisterRequest& request,
     dynmo::v1::RegisterResponse* response, const std::string& caller) {
   if (absl::Status s = ValidateRegister(request); !s.ok()) return s;
+  if (absl::Status s = CheckShape(request); !s.ok()) return s;
   absl::StatusOr<std::shared_ptr<JobState>> job = FindOrCreate(request, caller);
   if (!job.ok()) return job.status();
   if (absl::Status s = (*job)->Register(request, response); !s.ok()) return s;
@@ -27,6 +28,7 @@ absl::StatusOr<std::shared_ptr<JobState>> JobRegistry::RegisterHost(
     const dynmo::v1::RegisterHostRequest& request,
     dynmo::v1::RegisterHostResponse* response, const std::string& caller) {
   if (absl::Status s = ValidateRegisterHost(request); !s.ok()) return s;
+  if (absl::Status s = CheckShape(request.ranks(0)); !s.ok()) return s;
   // The request is consistent in itself, so a job it creates accepts it.
   absl::StatusOr<std::shared_ptr<JobState>> job = FindOrCreate(request.ranks(0), caller);
   if (!job.ok()) return job.status();
@@ -37,6 +39,29 @@ absl::StatusOr<std::shared_ptr<JobState>> JobRegistry::RegisterHost(
   }
   for (auto& r : responses) *response->add_ranks() = std::move(r);
   return job;
+}
+
+absl::Status JobRegistry::CheckShape(const dynmo::v1::RegisterRequest& r) const {
+  const int64_t ranks = static_cast<int64_t>(r.pipeline_size()) * r.data_parallel_size();
+  if (ranks > limits_.max_ranks_per_job) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "job ", r.job(), " has ", r.pipeline_size(), " x ", r.data_parallel_size(), " = ",
+        ranks, " ranks; this coordinator serves at most ", limits_.max_ranks_per_job,
+        " per job (--max_ranks_per_job)"));
+  }
+  if (r.num_layers() > limits_.max_layers) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "job ", r.job(), " has ", r.num_layers(), " layers; this coordinator serves at most ",
+        limits_.max_layers, " per job (--max_layers)"));
+  }
+  const int64_t replica_layers = static_cast<int64_t>(r.data_parallel_size()) * r.num_layers();
+  if (replica_layers > limits_.max_replica_layers) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "job ", r.job(), " has ", r.data_parallel_size(), " replicas x ", r.num_layers(),
+        " layers = ", replica_layers, "; this coordinator serves at most ",
+        limits_.max_replica_layers, " per job (--max_replica_layers)"));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::shared_ptr<JobState>> JobRegistry::FindOrCreate(
@@ -51,20 +76,27 @@ absl::StatusOr<std::shared_ptr<JobState>> JobRegistry::FindOrCreate(
     }
     return it->second;
   }
-  if (static_cast<int>(jobs_.size()) >= max_jobs_) {
+  if (static_cast<int>(jobs_.size()) >= limits_.max_jobs) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "the coordinator already serves ", max_jobs_, " jobs"));
+        "the coordinator already serves ", limits_.max_jobs, " jobs (--max_jobs)"));
   }
-  if (!caller.empty() && max_jobs_per_owner_ > 0) {
+  if (!caller.empty() && limits_.max_jobs_per_owner > 0) {
     int owned = 0;
     for (const auto& [name, job] : jobs_) owned += job->owner() == caller ? 1 : 0;
-    if (owned >= max_jobs_per_owner_) {
+    if (owned >= limits_.max_jobs_per_owner) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "principal '", caller, "' already has ", owned,
           " jobs (--max_jobs_per_principal); delete one first"));
     }
   }
   auto job = std::make_shared<JobState>(first, options_, deps_, caller);
+  // The job and its owner are durable before any rank hears OK: a restart
+  // must never let the first principal to register the name take it over.
+  // A job that could not be saved is not created (UNAVAILABLE).
+  if (absl::Status s = job->Persist(); !s.ok()) {
+    job->Close(absl::StrCat("job ", first.job(), " could not be saved"));
+    return s;
+  }
   jobs_[first.job()] = job;
   LogEvent(LogLevel::kInfo, "job_created",
            {{"job", first.job()}, {"owner", caller}, {"pp", first.pipeline_size()},
@@ -115,6 +147,18 @@ std::vector<std::string> JobRegistry::ExpireIdle(absl::Time now, absl::Duration 
     if (Delete(job->name(), /*force=*/false).ok()) expired.push_back(job->name());
   }
   return expired;
+}
+
+absl::StatusOr<std::shared_ptr<JobState>> JobRegistry::FindFor(
+    const std::string& name, const std::string& caller) const {
+  absl::StatusOr<std::shared_ptr<JobState>> job = Find(name);
+  if (!job.ok()) return job;
+  const std::string& owner = (*job)->owner();
+  if (!caller.empty() && !owner.empty() && caller != owner) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "job ", name, " belongs to principal '", owner, "', not '", caller, "'"));
+  }
+  return job;
 }
 
 std::vector<std::shared_ptr<JobState>> JobRegistry::All() const {

@@ -18,21 +18,36 @@
 
 namespace dynmo::service {
 
+// The operator's bounds on what registrations may cost (dynmo-coordinator
+// --max_jobs, --max_jobs_per_principal, --max_ranks_per_job, --max_layers).
+// They apply with or without principals: a job's memory and its record grow
+// with its ranks and layers (docs/operations.md has the figures).
+struct JobLimits {
+  int max_jobs = 1024;
+  int max_jobs_per_owner = 0;  // > 0: caps the jobs one named principal creates
+  int max_ranks_per_job = 2048;  // pipeline_size x data_parallel_size
+  int max_layers = 1024;
+  // data_parallel_size x num_layers: the cost profile keeps one estimate
+  // per (replica, layer), the largest part of a wide job's memory.
+  int64_t max_replica_layers = 8192;
+};
+
 class JobRegistry {
  public:
-  // `max_jobs_per_owner` > 0 caps the jobs one named principal creates.
-  JobRegistry(const JobOptions& options, JobDeps deps, int max_jobs,
-              int max_jobs_per_owner = 0)
-      : options_(options), deps_(deps), max_jobs_(max_jobs),
-        max_jobs_per_owner_(max_jobs_per_owner) {}
+  JobRegistry(const JobOptions& options, JobDeps deps, const JobLimits& limits)
+      : options_(options), deps_(deps), limits_(limits) {}
 
   // Recreates the jobs of a snapshot (once, before serving).
   void Restore(const dynmo::v1::CoordinatorState& state);
 
   // Validates the request, creates the job on first sight (owned by
-  // `caller`, a named principal or empty), registers the rank.
-  // RESOURCE_EXHAUSTED when the job limit (or the caller's) is reached;
-  // PERMISSION_DENIED for a named caller in another principal's job.
+  // `caller`, a named principal or empty), registers the rank. A new job's
+  // record, owner included, is committed to the state keeper before this
+  // returns OK (UNAVAILABLE, and no job, when it cannot be), so no restart
+  // lets another principal take it.
+  // RESOURCE_EXHAUSTED when the job limit (or the caller's) is reached, or
+  // the job's shape exceeds JobLimits' ranks or layers; PERMISSION_DENIED
+  // for a named caller in another principal's job.
   absl::StatusOr<std::shared_ptr<JobState>> Register(
       const dynmo::v1::RegisterRequest& request,
       dynmo::v1::RegisterResponse* response, const std::string& caller = "");
@@ -45,6 +60,11 @@ class JobRegistry {
 
   // NOT_FOUND names the job.
   absl::StatusOr<std::shared_ptr<JobState>> Find(const std::string& name) const;
+  // Find for a caller acting in the job (a Session's or HostSession's
+  // hello): PERMISSION_DENIED when `caller` (a named principal; empty:
+  // unnamed) is not the job's owner.
+  absl::StatusOr<std::shared_ptr<JobState>> FindFor(const std::string& name,
+                                                    const std::string& caller) const;
 
   std::vector<std::shared_ptr<JobState>> All() const;
 
@@ -58,13 +78,14 @@ class JobRegistry {
   std::vector<std::string> ExpireIdle(absl::Time now, absl::Duration idle);
 
  private:
+  // RESOURCE_EXHAUSTED, naming the flag, for a shape beyond the limits.
+  absl::Status CheckShape(const dynmo::v1::RegisterRequest& r) const;
   absl::StatusOr<std::shared_ptr<JobState>> FindOrCreate(
       const dynmo::v1::RegisterRequest& first, const std::string& caller);
 
   const JobOptions options_;
   const JobDeps deps_;
-  const int max_jobs_;
-  const int max_jobs_per_owner_;
+  const JobLimits limits_;
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<JobState>> jobs_ ABSL_GUARDED_BY(mu_);
 };

@@ -7,12 +7,25 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "coordinator/service/event_log.h"
+#include "coordinator/service/refusal_log.h"
 
 namespace dynmo::service {
 namespace {
 
 constexpr size_t kMaxEvents = 4096;
 constexpr size_t kMaxIdsPerCall = 4096;
+
+// The first problems of a refused claim or return, each cut short, then
+// how many more: a status message of at most a few KB.
+std::string BoundedProblems(const std::vector<std::string>& problems) {
+  std::string out;
+  const size_t shown = std::min<size_t>(problems.size(), 16);
+  for (size_t i = 0; i < shown; ++i) {
+    absl::StrAppend(&out, i > 0 ? "; " : "", Bounded(problems[i], 128));
+  }
+  if (problems.size() > shown) absl::StrAppend(&out, "; ... (+", problems.size() - shown, " more)");
+  return out;
+}
 
 bool LeaseExpired(const dynmo::v1::ReleasedGpu& g, absl::Time now) {
   return absl::FromUnixMillis(g.claimed_unix_ms()) +
@@ -119,12 +132,13 @@ absl::StatusOr<std::vector<dynmo::v1::ReleasedGpu>> ReleasedPool::Claim(
     index.push_back(i);
   }
   if (!problems.empty()) {
-    const absl::Status refused = absl::FailedPreconditionError(
-        absl::StrCat("claim refused, nothing claimed: ",
-                     absl::StrJoin(problems, "; ")));
-    LogEvent(LogLevel::kInfo, "claim_refused",
-             {{"gpus", absl::StrJoin(ids, ",")}, {"holder", holder},
-              {"reason", refused.message()}});
+    // Bounded whatever the request's size: a status message past gRPC's
+    // metadata limit would reach the client as RESOURCE_EXHAUSTED.
+    const absl::Status refused = absl::FailedPreconditionError(absl::StrCat(
+        "claim refused, nothing claimed: ", BoundedProblems(problems)));
+    LogRefusal(LogLevel::kInfo, "claim_refused",
+               {{"gpus", BoundedList(ids)}, {"holder", Bounded(holder, 64)},
+                {"reason", Bounded(refused.message())}});
     return refused;
   }
   auto claimed = UpdateLocked(index, dynmo::v1::ReleasedEvent::CLAIMED,
@@ -136,7 +150,7 @@ absl::StatusOr<std::vector<dynmo::v1::ReleasedGpu>> ReleasedPool::Claim(
                               });
   if (claimed.ok()) {
     LogEvent(LogLevel::kInfo, "claim",
-             {{"gpus", absl::StrJoin(ids, ",")}, {"holder", holder},
+             {{"gpus", BoundedList(ids, 64)}, {"holder", holder},
               {"lease_s", lease_seconds}});
   }
   return claimed;
@@ -193,10 +207,10 @@ absl::StatusOr<std::vector<dynmo::v1::ReleasedGpu>> ReleasedPool::Return(
   }
   if (!problems.empty()) {
     const absl::Status refused = absl::FailedPreconditionError(absl::StrCat(
-        "return refused, nothing returned: ", absl::StrJoin(problems, "; ")));
-    LogEvent(LogLevel::kInfo, "return_refused",
-             {{"gpus", absl::StrJoin(ids, ",")}, {"holder", holder},
-              {"reason", refused.message()}});
+        "return refused, nothing returned: ", BoundedProblems(problems)));
+    LogRefusal(LogLevel::kInfo, "return_refused",
+               {{"gpus", BoundedList(ids)}, {"holder", Bounded(holder, 64)},
+                {"reason", Bounded(refused.message())}});
     return refused;
   }
   auto returned = UpdateLocked(index, dynmo::v1::ReleasedEvent::RETURNED,
@@ -208,7 +222,7 @@ absl::StatusOr<std::vector<dynmo::v1::ReleasedGpu>> ReleasedPool::Return(
                                });
   if (returned.ok()) {
     LogEvent(LogLevel::kInfo, "return",
-             {{"gpus", absl::StrJoin(ids, ",")}, {"holder", holder}});
+             {{"gpus", BoundedList(ids, 64)}, {"holder", holder}});
   }
   return returned;
 }

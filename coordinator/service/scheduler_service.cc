@@ -75,43 +75,17 @@ grpc::Status SchedulerServiceImpl::ListPlacements(
   return grpc::Status::OK;
 }
 
-grpc::Status SchedulerServiceImpl::WatchReleased(
-    grpc::ServerContext* context, const dynmo::v1::WatchReleasedRequest* request,
-    grpc::ServerWriter<dynmo::v1::ReleasedEvent>* writer) {
-  if (grpc::Status s = auth_->CheckStatus(*context, Role::kScheduler); !s.ok()) {
-    return Done("WatchReleased", s);
-  }
-  ReleasedPool& pool = coordinator_->pool();
-  auto send_snapshot = [&](uint64_t* seq) {
-    *seq = pool.LastSeq();
-    for (const auto& g : pool.List("", request->include_claimed())) {
-      dynmo::v1::ReleasedEvent e;
-      e.set_kind(dynmo::v1::ReleasedEvent::SNAPSHOT);
-      *e.mutable_gpu() = g;
-      if (!writer->Write(e)) return false;
-    }
-    return true;
+grpc::ServerWriteReactor<dynmo::v1::ReleasedEvent>* SchedulerServiceImpl::WatchReleased(
+    grpc::CallbackServerContext* context, const dynmo::v1::WatchReleasedRequest* request) {
+  grpc::Status refused = auth_->CheckStatus(*context, Role::kScheduler);
+  if (refused.ok()) return watchers_.Open(request->include_claimed());
+  Done("WatchReleased", refused);
+  class Refused final : public grpc::ServerWriteReactor<dynmo::v1::ReleasedEvent> {
+   public:
+    explicit Refused(const grpc::Status& s) { Finish(s); }
+    void OnDone() override { delete this; }
   };
-  uint64_t seq = 0;
-  if (!send_snapshot(&seq)) return grpc::Status::OK;
-  while (!context->IsCancelled() && !stopping_) {
-    bool reset = false;
-    std::vector<ReleasedPool::Event> events =
-        pool.WaitEvents(seq, absl::Milliseconds(250), &reset);
-    if (reset) {
-      if (!send_snapshot(&seq)) break;
-      continue;
-    }
-    for (const auto& e : events) {
-      seq = e.seq;
-      if (!request->include_claimed() &&
-          e.event.kind() == dynmo::v1::ReleasedEvent::CLAIMED) {
-        continue;
-      }
-      if (!writer->Write(e.event)) return grpc::Status::OK;
-    }
-  }
-  return grpc::Status::OK;
+  return new Refused(refused);
 }
 
 grpc::Status SchedulerServiceImpl::Claim(grpc::ServerContext* context,

@@ -1,6 +1,7 @@
 #include "coordinator/service/server.h"
 
 #include <exception>
+#include <optional>
 #include <fstream>
 #include <string>
 #include <utility>
@@ -48,22 +49,6 @@ absl::StatusOr<std::string> ReadPem(const std::string& path, const char* what,
   return pem;
 }
 
-// The /metrics login, "USER:PASSWORD" on the file's first line.
-absl::StatusOr<std::pair<std::string, std::string>> ReadLogin(const std::string& path) {
-  std::ifstream in(path);
-  std::string line;
-  if (!in || !std::getline(in, line)) {
-    return absl::NotFoundError(absl::StrCat("cannot read the metrics login file ", path));
-  }
-  while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
-  const size_t colon = line.find(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == line.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "metrics login file ", path, " must hold USER:PASSWORD on its first line"));
-  }
-  return std::make_pair(line.substr(0, colon), line.substr(colon + 1));
-}
-
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(
     const TlsFiles& tls) {
   if (tls.cert.empty() && tls.key.empty()) {
@@ -99,6 +84,21 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(
 
 }  // namespace
 
+absl::StatusOr<std::pair<std::string, std::string>> ReadMetricsLogin(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  if (!in || !std::getline(in, line)) {
+    return absl::NotFoundError(absl::StrCat("cannot read the metrics login file ", path));
+  }
+  while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+  const size_t colon = line.find(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == line.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "metrics login file ", path, " must hold USER:PASSWORD on its first line"));
+  }
+  return std::make_pair(line.substr(0, colon), line.substr(colon + 1));
+}
+
 struct CoordinatorServer::Impl {
   std::unique_ptr<Coordinator> coordinator;
   Authenticator auth;
@@ -130,6 +130,14 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
       Credentials(options.tls);
   if (!creds.ok()) return creds.status();
 
+  std::optional<std::pair<std::string, std::string>> login;
+  if (!options.metrics_auth_file.empty()) {  // checked even with /metrics off
+    absl::StatusOr<std::pair<std::string, std::string>> read =
+        ReadMetricsLogin(options.metrics_auth_file);
+    if (!read.ok()) return read.status();
+    login = *std::move(read);
+  }
+
   absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =
       Coordinator::Create(options.coordinator);
   if (!coordinator.ok()) return coordinator.status();
@@ -145,10 +153,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     }
     impl->exposer->RegisterCollectable(
         impl->coordinator->metrics().registry());
-    if (!options.metrics_auth_file.empty()) {
-      absl::StatusOr<std::pair<std::string, std::string>> login =
-          ReadLogin(options.metrics_auth_file);
-      if (!login.ok()) return login.status();
+    if (login.has_value()) {
       impl->exposer->RegisterAuth(
           [login = *login](const std::string& user, const std::string& password) {
             // Both compared, whichever differs: the time says neither.
@@ -165,7 +170,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   impl->agent =
       std::make_unique<AgentServiceImpl>(impl->coordinator.get(), &impl->auth);
   impl->scheduler = std::make_unique<SchedulerServiceImpl>(
-      impl->coordinator.get(), &impl->auth);
+      impl->coordinator.get(), &impl->auth, options.max_watchers);
   impl->op = std::make_unique<OperatorServiceImpl>(impl->coordinator.get(),
                                                    &impl->auth);
 
@@ -177,6 +182,18 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   // second one bind the same port and the kernel splits calls between them.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
+  // Connections (docs/operations.md, "Connections and keepalive"): a
+  // connection with no call for 10 minutes is closed (GOAWAY, the client
+  // reconnects when it needs to); the server pings a connection silent for
+  // 2 minutes and drops it when no answer comes within 20 s (a dead or
+  // stalled peer); clients may ping every 30 s, also without calls (the
+  // agents' default stays far below that).
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, 10 * 60 * 1000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 2 * 60 * 1000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20 * 1000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                             30 * 1000);
   builder.RegisterService(impl->agent.get());
   builder.RegisterService(impl->scheduler.get());
   builder.RegisterService(impl->op.get());
@@ -185,6 +202,14 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     impl->coordinator->Stop();
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", options.listen));
+  }
+  // Health: "" (the whole server) stays SERVING while reads are served;
+  // "dynmo.state" is NOT_SERVING while the state dir takes no writes
+  // (read-only mode, docs/operations.md).
+  if (grpc::HealthCheckServiceInterface* health = impl->server->GetHealthCheckService()) {
+    impl->coordinator->SetWritableListener([health](bool writable) {
+      health->SetServingStatus("dynmo.state", writable);
+    });
   }
   std::string host = options.listen.substr(0, options.listen.rfind(':'));
   if (host.empty() || host == "0.0.0.0" || host == "[::]") host = "127.0.0.1";
@@ -219,6 +244,7 @@ void CoordinatorServer::Shutdown() {
                           std::chrono::milliseconds(500));
   impl_->server->Wait();
   impl_->coordinator->Stop();
+  impl_->coordinator->SetWritableListener(nullptr);  // the health service goes with the server
   absl::MutexLock lock(&impl_->mu);
   impl_->shut_down = true;
 }

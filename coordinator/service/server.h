@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "coordinator/service/coordinator.h"
@@ -40,8 +41,14 @@ struct ServerOptions {
   // of the process turned it on.
   bool reflection = true;
   int max_message_bytes = 4 << 20;     // larger messages: RESOURCE_EXHAUSTED
+  // WatchReleased streams open at once; more: RESOURCE_EXHAUSTED.
+  int max_watchers = 64;
   CoordinatorOptions coordinator;
 };
+
+// The /metrics login, "USER:PASSWORD" on the file's first line;
+// INVALID_ARGUMENT (NOT_FOUND for a file that cannot be read) in one line.
+absl::StatusOr<std::pair<std::string, std::string>> ReadMetricsLogin(const std::string& path);
 
 class CoordinatorServer {
  public:

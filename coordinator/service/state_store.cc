@@ -44,7 +44,13 @@ absl::Status FsyncPath(const std::string& p, int flags) {
 
 absl::Status StateStore::Open() {
   if (::mkdir(dir_.c_str(), 0755) != 0 && errno != EEXIST) {
-    return Errno(absl::StrCat("mkdir ", dir_));
+    const int err = errno;
+    struct stat st;
+    // A read-only file system may say EROFS for a directory that exists.
+    if (::stat(dir_.c_str(), &st) != 0) {
+      errno = err;
+      return Errno(absl::StrCat("mkdir ", dir_));
+    }
   }
   struct stat st;
   if (::stat(dir_.c_str(), &st) != 0) return Errno(absl::StrCat("stat ", dir_));
@@ -52,20 +58,27 @@ absl::Status StateStore::Open() {
     return absl::FailedPreconditionError(
         absl::StrCat("state dir ", dir_, " is not a directory"));
   }
+  if (lock_fd_ >= 0) return absl::OkStatus();
+  absl::Status write = LockForWrite();
+  if (write.ok()) return absl::OkStatus();
+  if (write.code() == absl::StatusCode::kFailedPrecondition) return write;
+  why_read_only_ = std::string(write.message());
+  return LockForRead();
+}
+
+absl::Status StateStore::LockForWrite() {
   if (::access(dir_.c_str(), W_OK) != 0) {
     return Errno(absl::StrCat("state dir ", dir_, " not writable"));
   }
-  if (lock_fd_ >= 0) return absl::OkStatus();
   const std::string lock_path = dir_ + "/LOCK";
-  lock_fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (lock_fd_ < 0) return Errno(absl::StrCat("open ", lock_path));
+  const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return Errno(absl::StrCat("open ", lock_path));
   struct flock lock = {};
   lock.l_type = F_WRLCK;
   lock.l_whence = SEEK_SET;
-  if (::fcntl(lock_fd_, F_SETLK, &lock) != 0) {
+  if (::fcntl(fd, F_SETLK, &lock) != 0) {
     const int err = errno;
-    ::close(lock_fd_);
-    lock_fd_ = -1;
+    ::close(fd);
     if (err == EACCES || err == EAGAIN) {
       return absl::FailedPreconditionError(absl::StrCat(
           "state dir ", dir_, " is in use by another dynmo-coordinator (", lock_path,
@@ -74,6 +87,27 @@ absl::Status StateStore::Open() {
     errno = err;
     return Errno(absl::StrCat("lock ", lock_path));
   }
+  if (lock_fd_ >= 0) ::close(lock_fd_);  // the read lock it replaces
+  lock_fd_ = fd;
+  write_locked_ = true;
+  why_read_only_.clear();
+  return absl::OkStatus();
+}
+
+absl::Status StateStore::LockForRead() {
+  const std::string lock_path = dir_ + "/LOCK";
+  const int fd = ::open(lock_path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return absl::OkStatus();  // none to take: nobody can write here either
+  struct flock lock = {};
+  lock.l_type = F_RDLCK;
+  lock.l_whence = SEEK_SET;
+  if (::fcntl(fd, F_SETLK, &lock) != 0) {
+    ::close(fd);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "state dir ", dir_, " is in use by another dynmo-coordinator (", lock_path,
+        " is locked)"));
+  }
+  lock_fd_ = fd;
   return absl::OkStatus();
 }
 
@@ -98,7 +132,10 @@ absl::StatusOr<std::optional<dynmo::v1::CoordinatorState>> StateStore::Load()
   return state;
 }
 
-absl::Status StateStore::Save(const dynmo::v1::CoordinatorState& state) const {
+absl::Status StateStore::Save(const dynmo::v1::CoordinatorState& state) {
+  if (!write_locked_) {
+    if (absl::Status s = LockForWrite(); !s.ok()) return s;
+  }
   std::string data;
   if (!state.SerializeToString(&data)) {
     return absl::InternalError("cannot serialize the coordinator state");
@@ -129,45 +166,78 @@ absl::StatusOr<dynmo::v1::CoordinatorState> StateKeeper::Open() {
       store_.Load();
   if (!loaded.ok()) return loaded.status();
   if (loaded->has_value()) state = **loaded;
-  absl::MutexLock lock(&mu_);
-  saved_ = state;
-  generation_ = state.generation();
-  next_gpu_id_ = state.next_gpu_id() > 0 ? state.next_gpu_id() : 1;
-  for (const auto& job : state.jobs()) jobs_[job.name()] = job;
-  pool_.assign(state.pool().begin(), state.pool().end());
+  const bool read_only = !store_.writable();
+  {
+    absl::MutexLock lock(&mu_);
+    read_only_ = read_only;
+    saved_ = state;
+    generation_ = state.generation();
+    next_gpu_id_ = state.next_gpu_id() > 0 ? state.next_gpu_id() : 1;
+    for (const auto& job : state.jobs()) jobs_[job.name()] = job;
+    pool_.assign(state.pool().begin(), state.pool().end());
+  }
+  if (read_only && on_mode_) {
+    on_mode_(false, absl::UnavailableError(store_.why_read_only()));
+  }
   return state;
 }
 
 absl::Status StateKeeper::CommitJob(const dynmo::v1::JobRecord& job) {
   absl::Status s;
+  bool changed = false;
   {
     absl::MutexLock lock(&mu_);
+    const bool was = read_only_;
     jobs_[job.name()] = job;
     s = CommitLocked();
+    changed = was != read_only_;
   }
-  return Report(std::move(s));
+  return Report(std::move(s), changed);
 }
 
 absl::Status StateKeeper::CommitPool(const std::vector<dynmo::v1::ReleasedGpu>& pool,
                                      uint64_t next_gpu_id) {
   absl::Status s;
+  bool changed = false;
   {
     absl::MutexLock lock(&mu_);
+    const bool was = read_only_;
     pool_ = pool;
     next_gpu_id_ = next_gpu_id;
     s = CommitLocked();
+    changed = was != read_only_;
   }
-  return Report(std::move(s));
+  return Report(std::move(s), changed);
 }
 
 absl::Status StateKeeper::RemoveJob(const std::string& name) {
   absl::Status s;
+  bool changed = false;
   {
     absl::MutexLock lock(&mu_);
+    const bool was = read_only_;
     jobs_.erase(name);
     s = CommitLocked();
+    changed = was != read_only_;
   }
-  return Report(std::move(s));
+  return Report(std::move(s), changed);
+}
+
+absl::Status StateKeeper::Probe() {
+  absl::Status s;
+  bool changed = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!read_only_) return absl::OkStatus();
+    s = CommitLocked();
+    changed = !read_only_;
+  }
+  return Report(std::move(s), changed);
+}
+
+bool StateKeeper::read_only() const {
+  absl::MutexLock lock(&mu_);
+  return read_only_;
 }
 
 absl::Status StateKeeper::CommitLocked() {
@@ -186,16 +256,20 @@ absl::Status StateKeeper::CommitLocked() {
     for (const auto& job : saved_.jobs()) jobs_[job.name()] = job;
     pool_.assign(saved_.pool().begin(), saved_.pool().end());
     next_gpu_id_ = saved_.next_gpu_id() > 0 ? saved_.next_gpu_id() : 1;
-    return absl::UnavailableError(
-        absl::StrCat("state not persisted (", s.message(), ")"));
+    read_only_ = true;
+    return absl::UnavailableError(absl::StrCat(
+        "state not persisted (", s.message(),
+        "); the coordinator is read-only until its state dir takes writes again"));
   }
+  read_only_ = false;
   ++generation_;
   saved_ = std::move(state);
   return absl::OkStatus();
 }
 
-absl::Status StateKeeper::Report(absl::Status s) const {
+absl::Status StateKeeper::Report(absl::Status s, bool mode_changed) {
   if (!s.ok() && on_failure_) on_failure_(s);
+  if (mode_changed && on_mode_) on_mode_(s.ok(), s);
   return s;
 }
 

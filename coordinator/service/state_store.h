@@ -13,6 +13,14 @@
 // later commit; each failure is counted and handed to the failure hook.
 // A failed write leaves no temp file behind.
 // An empty directory path disables persistence (commits only count).
+//
+// Read-only mode: a state dir that cannot be written (a full disk, a
+// read-only mount, no write permission) with a snapshot that reads back
+// does not stop the coordinator. The keeper opens read-only, every commit
+// is refused with UNAVAILABLE (nothing changes, as with any failed commit),
+// and each commit — and Probe, which the coordinator calls every few
+// seconds — tries the disk again; the first write that succeeds ends the
+// mode. The mode hook hears each change of mode once.
 // StateKeeper is thread-safe; lock order is caller's lock -> keeper's lock.
 #ifndef DYNMO_COORDINATOR_SERVICE_STATE_STORE_H_
 #define DYNMO_COORDINATOR_SERVICE_STATE_STORE_H_
@@ -38,21 +46,35 @@ class StateStore {
   StateStore(const StateStore&) = delete;
   StateStore& operator=(const StateStore&) = delete;
 
-  // Creates the directory if needed, checks it is writable and takes its
-  // LOCK file (a POSIX write lock, held until destruction): a second
-  // dynmo-coordinator process on the same directory gets
-  // FAILED_PRECONDITION instead of two writers of one state.
+  // Creates the directory if needed and takes its LOCK file (a POSIX lock,
+  // held until destruction): a second dynmo-coordinator process on the same
+  // directory gets FAILED_PRECONDITION instead of two writers of one state.
+  // A directory that exists but cannot be written opens read-only (a read
+  // lock where the LOCK file can be read): writable() says which, and why.
   absl::Status Open();
   // Returns the newest snapshot, or nullopt when none was ever written.
   absl::StatusOr<std::optional<dynmo::v1::CoordinatorState>> Load() const;
-  // Atomically replaces the snapshot.
-  absl::Status Save(const dynmo::v1::CoordinatorState& state) const;
+  // Atomically replaces the snapshot; takes the write lock first when the
+  // store opened read-only.
+  absl::Status Save(const dynmo::v1::CoordinatorState& state);
+
+  // Whether Open found the directory writable; else `why_read_only()`.
+  bool writable() const { return write_locked_; }
+  const std::string& why_read_only() const { return why_read_only_; }
 
   std::string path() const { return dir_ + "/state.pb"; }
 
  private:
+  // Takes the LOCK file's write lock (FAILED_PRECONDITION when another
+  // process holds it).
+  absl::Status LockForWrite();
+  // The LOCK file's read lock, when it exists and can be read.
+  absl::Status LockForRead();
+
   std::string dir_;
   int lock_fd_ = -1;
+  bool write_locked_ = false;
+  std::string why_read_only_;
 };
 
 class StateKeeper {
@@ -72,10 +94,21 @@ class StateKeeper {
   absl::Status RemoveJob(const std::string& name);
 
   // Called (outside the keeper's lock) with each failed commit's error:
-  // the coordinator logs it and counts it in /metrics. Set before use.
+  // the coordinator counts it in /metrics. Set before use.
   void SetFailureHook(std::function<void(const absl::Status&)> hook) {
     on_failure_ = std::move(hook);
   }
+  // Called (outside the keeper's lock) once per change of mode: false and
+  // why when the state dir stops taking writes (at Open or at a failed
+  // commit), true when a write succeeds again. Set before Open.
+  void SetModeHook(std::function<void(bool writable, const absl::Status& why)> hook) {
+    on_mode_ = std::move(hook);
+  }
+  // In read-only mode, writes the staged state again; OK when the state dir
+  // takes writes (then the mode ends). A no-op otherwise.
+  absl::Status Probe();
+  // True while commits are refused because the state dir cannot be written.
+  bool read_only() const;
 
   bool durable() const { return !dir_.empty(); }
   uint64_t commits() const;
@@ -85,17 +118,19 @@ class StateKeeper {
   // Writes the snapshot of the staged records; on failure restores them
   // from the last good snapshot and returns the error.
   absl::Status CommitLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status Report(absl::Status s) const;
+  absl::Status Report(absl::Status s, bool mode_changed);
 
   std::string dir_;
   StateStore store_;
   std::function<void(const absl::Status&)> on_failure_;
+  std::function<void(bool, const absl::Status&)> on_mode_;
   mutable absl::Mutex mu_;
   std::map<std::string, dynmo::v1::JobRecord> jobs_ ABSL_GUARDED_BY(mu_);
   std::vector<dynmo::v1::ReleasedGpu> pool_ ABSL_GUARDED_BY(mu_);
   uint64_t next_gpu_id_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t failures_ ABSL_GUARDED_BY(mu_) = 0;
+  bool read_only_ ABSL_GUARDED_BY(mu_) = false;
   dynmo::v1::CoordinatorState saved_ ABSL_GUARDED_BY(mu_);  // last good one
 };
 

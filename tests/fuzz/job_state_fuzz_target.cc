@@ -161,7 +161,8 @@ void Run(Reader& in) {
   options.default_policy.trigger.kind = service::Trigger::Kind::kManual;
   options.plan_lead_iterations = 3;
   options.in_band_commit = in.u8() < 40;
-  service::JobRegistry registry(options, service::JobDeps{&keeper, &pool, &metrics}, 4, 2);
+  service::JobRegistry registry(options, service::JobDeps{&keeper, &pool, &metrics},
+                                 service::JobLimits{/*max_jobs=*/4, /*max_jobs_per_owner=*/2});
   const int pp = 1 + in.u8() % 4;
   const int dp = 1 + in.u8() % 2;
   const int layers = pp + in.u8() % 8;

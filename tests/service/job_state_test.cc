@@ -384,7 +384,7 @@ class JobDeletionTest : public StateDirTest {
     StateDirTest::SetUp();
     options_.default_policy.trigger.kind = Trigger::Kind::kManual;
     registry_ = std::make_unique<JobRegistry>(
-        options_, JobDeps{keeper_.get(), pool_.get(), &metrics_}, 4);
+        options_, JobDeps{keeper_.get(), pool_.get(), &metrics_}, JobLimits{/*max_jobs=*/4});
     std::string key0;
     for (int r = 0; r < kStages; ++r) {
       dynmo::v1::RegisterResponse resp;

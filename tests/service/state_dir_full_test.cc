@@ -26,51 +26,10 @@
 #include "coordinator/service/event_log.h"
 #include "gtest/gtest.h"
 #include "tests/service/job_state_fixture.h"
+#include "tests/service/private_tmpfs.h"
 
 namespace dynmo::service {
 namespace {
-
-bool WriteFile(const std::string& path, const std::string& text) {
-  std::ofstream out(path);
-  out << text;
-  return static_cast<bool>(out.flush());
-}
-
-// Enters a private mount namespace (and a user namespace mapping us to root
-// when we are not root) and mounts a tmpfs of `size` on `dir`. Empty on
-// success, else why not. Only in a single-threaded child.
-std::string MountPrivateTmpfs(const std::string& dir, const char* size) {
-  const uid_t uid = getuid();
-  const gid_t gid = getgid();
-  if (uid != 0) {
-    if (unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) {
-      return absl::StrCat("unshare(CLONE_NEWUSER | CLONE_NEWNS): ", std::strerror(errno));
-    }
-    if (!WriteFile("/proc/self/setgroups", "deny") ||
-        !WriteFile("/proc/self/uid_map", absl::StrCat("0 ", uid, " 1")) ||
-        !WriteFile("/proc/self/gid_map", absl::StrCat("0 ", gid, " 1"))) {
-      return "cannot map our user into the user namespace";
-    }
-  } else if (unshare(CLONE_NEWNS) != 0) {
-    return absl::StrCat("unshare(CLONE_NEWNS): ", std::strerror(errno));
-  }
-  if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
-    return absl::StrCat("making / private: ", std::strerror(errno));
-  }
-  if (mount("tmpfs", dir.c_str(), "tmpfs", 0, absl::StrCat("size=", size).c_str()) != 0) {
-    return absl::StrCat("mount tmpfs on ", dir, ": ", std::strerror(errno));
-  }
-  return "";
-}
-
-// Writes zeros to `path` until the file system is full.
-void FillUp(const std::string& path) {
-  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  const std::string block(4096, '\0');
-  while (fd >= 0 && write(fd, block.data(), block.size()) > 0) {
-  }
-  if (fd >= 0) close(fd);
-}
 
 // The scenario, in the child: returns the problems found, one a line.
 std::string RunOnAFullDisk(const std::string& mnt) {
@@ -150,30 +109,8 @@ std::string RunOnAFullDisk(const std::string& mnt) {
 }
 
 TEST(StateDirFullTest, AnEnospcCommitIsRolledBackLoggedCountedNotedAndLeavesNoTempFile) {
-  char tmpl[] = "/tmp/dynmo_enospc_XXXXXX";
-  const std::string mnt = mkdtemp(tmpl);
-  int fds[2];
-  ASSERT_EQ(pipe(fds), 0);
-  const pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    close(fds[0]);
-    std::string out = MountPrivateTmpfs(mnt, "64k");
-    out = out.empty() ? RunOnAFullDisk(mnt) : "SKIP: " + out;
-    if (out.empty()) out = "OK";
-    const ssize_t written = write(fds[1], out.data(), out.size());
-    _exit(written == static_cast<ssize_t>(out.size()) ? 0 : 1);
-  }
-  close(fds[1]);
-  std::string out;
-  char buf[4096];
-  for (ssize_t n; (n = read(fds[0], buf, sizeof(buf))) > 0;) out.append(buf, static_cast<size_t>(n));
-  close(fds[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  std::filesystem::remove_all(mnt);  // the tmpfs went with the child's namespace
+  const std::string out = RunInPrivateTmpfs("64k", RunOnAFullDisk);
   if (out.rfind("SKIP: ", 0) == 0) GTEST_SKIP() << "no private tmpfs here: " << out.substr(6);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child died: " << out;
   EXPECT_EQ(out, "OK");
 }
 

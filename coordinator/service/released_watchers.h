@@ -1,0 +1,64 @@
+// ReleasedWatchers: the WatchReleased streams of one coordinator, served on
+// the gRPC callback API without a thread each. Each stream is a write
+// reactor with its own queue (rpc/stream_outbox.h); one notifier thread
+// waits for the released pool's next event and wakes every stream, which
+// then takes the pool's events after the last one it queued (a stream that
+// fell behind the pool's event history gets a fresh snapshot). A slow
+// reader costs only its own queue. At most `max_watchers` streams are open
+// at once; Open beyond that answers RESOURCE_EXHAUSTED.
+//
+// Thread-safe. Lock order: a stream's lock -> its outbox's -> the pool's;
+// the registry's lock is never held while a stream is woken or finished.
+#ifndef DYNMO_COORDINATOR_SERVICE_RELEASED_WATCHERS_H_
+#define DYNMO_COORDINATOR_SERVICE_RELEASED_WATCHERS_H_
+
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "coordinator/service/released_pool.h"
+#include "dynmo/v1/scheduler.pb.h"
+#include "grpcpp/support/server_callback.h"
+
+namespace dynmo::service {
+
+class ReleasedWatchers {
+ public:
+  // `pool` (not owned) outlives this. Starts the notifier thread.
+  ReleasedWatchers(ReleasedPool* pool, int max_watchers);
+  ~ReleasedWatchers();
+  ReleasedWatchers(const ReleasedWatchers&) = delete;
+  ReleasedWatchers& operator=(const ReleasedWatchers&) = delete;
+
+  // A reactor for one WatchReleased call: the pool's snapshot, then its
+  // events as they happen, CLAIMED ones only with `include_claimed`. Ends
+  // when the client cancels or Stop is called. Beyond the cap, or after
+  // Stop, a reactor that finishes at once with RESOURCE_EXHAUSTED
+  // (UNAVAILABLE after Stop).
+  grpc::ServerWriteReactor<dynmo::v1::ReleasedEvent>* Open(bool include_claimed);
+
+  // Finishes every open stream (OK) and ends the notifier. Idempotent.
+  void Stop();
+
+  // Streams open now.
+  int open() const;
+
+ private:
+  class Watch;
+  class Stream;
+  void Loop();
+  void Remove(const Watch* watch);
+
+  ReleasedPool* const pool_;
+  const int max_watchers_;
+  mutable absl::Mutex mu_;
+  std::vector<std::shared_ptr<Watch>> watches_ ABSL_GUARDED_BY(mu_);
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread notifier_;
+};
+
+}  // namespace dynmo::service
+
+#endif  // DYNMO_COORDINATOR_SERVICE_RELEASED_WATCHERS_H_

@@ -1,0 +1,118 @@
+// WatchReleased streams are served without a thread each and are capped:
+// many watchers all get the snapshot and every change, the server's thread
+// count does not grow with them, and one beyond --max_watchers is refused
+// with RESOURCE_EXHAUSTED (issue 25 item 3).
+#include <dirent.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "coordinator/service/server.h"
+#include "dynmo/v1/scheduler.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "tests/service/state_dir_fixture.h"
+
+namespace dynmo::service {
+namespace {
+
+int Threads() {
+  int n = 0;
+  DIR* d = opendir("/proc/self/task");
+  if (d == nullptr) return 0;
+  while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+  closedir(d);
+  return n;
+}
+
+class ReleasedWatchersTest : public ::testing::Test {
+ protected:
+  void Start(int max_watchers) {
+    ServerOptions o;
+    o.coordinator.state_dir = dir_ = TempDir();
+    o.max_watchers = max_watchers;
+    auto s = CoordinatorServer::Start(o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    server_ = *std::move(s);
+    stub_ = dynmo::v1::SchedulerService::NewStub(
+        grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials()));
+  }
+  void TearDown() override {
+    for (auto& w : watches_) w.context->TryCancel();
+    for (auto& w : watches_) w.reader->Finish().IgnoreError();
+    if (server_) server_->Shutdown();
+    std::filesystem::remove_all(dir_);
+  }
+  void Release(int rank) {
+    dynmo::v1::ReleasedGpu g;
+    g.set_job("job");
+    g.set_epoch(1);
+    g.set_rank(rank);
+    ASSERT_TRUE(server_->coordinator().pool().Add({g}).ok());
+  }
+  struct Watch {
+    std::unique_ptr<grpc::ClientContext> context;
+    std::unique_ptr<grpc::ClientReader<dynmo::v1::ReleasedEvent>> reader;
+  };
+  Watch& Open() {
+    Watch w;
+    w.context = std::make_unique<grpc::ClientContext>();
+    w.reader = stub_->WatchReleased(w.context.get(), dynmo::v1::WatchReleasedRequest());
+    watches_.push_back(std::move(w));
+    return watches_.back();
+  }
+
+  std::string dir_;
+  std::unique_ptr<CoordinatorServer> server_;
+  std::unique_ptr<dynmo::v1::SchedulerService::Stub> stub_;
+  std::vector<Watch> watches_;
+};
+
+TEST_F(ReleasedWatchersTest, ManyWatchersGetEveryChangeWithoutAThreadEach) {
+  Start(/*max_watchers=*/64);
+  Release(0);
+  const int before = Threads();
+  for (int i = 0; i < 48; ++i) {
+    dynmo::v1::ReleasedEvent e;
+    ASSERT_TRUE(Open().reader->Read(&e)) << i;  // the snapshot: it is being served
+    EXPECT_EQ(e.kind(), dynmo::v1::ReleasedEvent::SNAPSHOT);
+  }
+  Release(1);
+  for (auto& w : watches_) {
+    dynmo::v1::ReleasedEvent e;
+    ASSERT_TRUE(w.reader->Read(&e));
+    EXPECT_EQ(e.kind(), dynmo::v1::ReleasedEvent::RELEASED);
+    EXPECT_EQ(e.gpu().rank(), 1);
+  }
+  // A thread per watcher would be 48 more (the synchronous API's).
+  EXPECT_LT(Threads() - before, 16);
+}
+
+TEST_F(ReleasedWatchersTest, AWatcherBeyondTheCapIsRefusedWithResourceExhausted) {
+  Start(/*max_watchers=*/2);
+  Release(0);
+  dynmo::v1::ReleasedEvent e;
+  ASSERT_TRUE(Open().reader->Read(&e));
+  ASSERT_TRUE(Open().reader->Read(&e));
+  Watch& third = Open();
+  EXPECT_FALSE(third.reader->Read(&e));
+  const grpc::Status s = third.reader->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+  EXPECT_NE(s.error_message().find("--max_watchers"), std::string::npos);
+  watches_.pop_back();  // finished already
+}
+
+TEST_F(ReleasedWatchersTest, ShutdownEndsEveryWatcher) {
+  Start(/*max_watchers=*/8);
+  dynmo::v1::ReleasedEvent e;
+  Watch& w = Open();
+  Release(0);
+  ASSERT_TRUE(w.reader->Read(&e));
+  server_->Shutdown();
+  EXPECT_FALSE(w.reader->Read(&e));
+}
+
+}  // namespace
+}  // namespace dynmo::service
