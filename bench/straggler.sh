@@ -57,7 +57,11 @@ for n in names:
     recs = [json.loads(l) for l in open(f"{out}/{n}.jsonl") if l.strip()]
     half = recs[len(recs) // 2:]
     tps = statistics.median(r["tokens_per_s"] for r in half)
-    print(f"{n:22s} {tps:9.0f} tok/s  final split {','.join(map(str, recs[-1]['boundaries']))}"
+    # After the last plan applied (its epoch), skipping two iterations.
+    settled = [r for r in recs if r["epoch"] == recs[-1]["epoch"]][2:]
+    steady = statistics.median(r["tokens_per_s"] for r in settled) if settled else float("nan")
+    print(f"{n:22s} {tps:9.0f} tok/s (last half)  {steady:9.0f} tok/s (after the last plan, "
+          f"{len(settled)} it)  final split {','.join(map(str, recs[-1]['boundaries']))}"
           f"  epochs {recs[-1]['epoch']}")
 PY
 }
@@ -76,7 +80,8 @@ run static-unthrottled --initial_boundaries=0,5,10
 
 summary static-balanced static-4 static-6 static-7 static-8 dynmo dynmo-unthrottled \
   static-unthrottled
-grep -h "rank_speed\|plan_applied" "$out"/dynmo.rank0.out | sed 's/^/  /' | head -20 || true
+grep -h "rank_speed\|plan_applied" "$out"/dynmo.rank0.out "$out"/dynmo-unthrottled.rank0.out \
+  | cut -c1-200 | sed 's/^/  /' | head -20 || true
 python3 - "$out" <<'PY'
 import json, sys
 out = sys.argv[1]

@@ -170,8 +170,9 @@ void JobMachine::ApplyReport(int rank, const dynmo::v1::IterationReport& report,
   const RosterRank& r = roster_.at(rank);
   // A released stage holds no layers any more; its stragglers are ignored.
   const bool active = RankRoster::IsActiveStage(layout_.active_stages, r.pipeline_rank);
+  const std::vector<double> before = speeds_.speeds();
   const bool speed_moved = active && report.probe_s() > 0 && speeds_.AddProbe(rank, report.probe_s());
-  if (speed_moved) ApplyProbe(rank, report, out);
+  if (speed_moved) ApplyProbe(before, report, out);
   // A layer measured t on a rank of speed s costs t * s at speed 1.
   const double speed = speeds_.speed(rank);
   for (const auto& l : report.layers()) {
@@ -211,21 +212,22 @@ void JobMachine::ApplyAck(int rank, const dynmo::v1::PlanAck& ack, absl::Time no
   RunStep(step, now, out);
 }
 
-void JobMachine::ApplyProbe(int rank, const dynmo::v1::IterationReport& report,
-                            JobEffects* out) {
+void JobMachine::ApplyProbe(const std::vector<double>& before,
+                            const dynmo::v1::IterationReport& report, JobEffects* out) {
   out->speeds_changed = true;
-  std::string speeds;
+  // One event per rank whose speed moved (a probe of one rank can move
+  // another's: the reference "full speed" is every rank's).
   for (int k = 0; k < speeds_.ranks(); ++k) {
-    absl::StrAppend(&speeds, k == 0 ? "" : ",", absl::SixDigits(speeds_.speed(k)));
+    if (speeds_.speed(k) == before[static_cast<size_t>(k)]) continue;
+    Log(LogLevel::kInfo, "rank_speed",
+        {{"job", name_},
+         {"rank", k},
+         {"iteration", report.iteration()},
+         {"speed", speeds_.speed(k)},
+         {"previous", before[static_cast<size_t>(k)]},
+         {"probe_s", speeds_.probe_s(k)}},
+        out);
   }
-  Log(LogLevel::kInfo, "rank_speed",
-      {{"job", name_},
-       {"rank", rank},
-       {"iteration", report.iteration()},
-       {"speed", speeds_.speed(rank)},
-       {"probe_s", report.probe_s()},
-       {"speeds", speeds}},
-      out);
 }
 
 absl::StatusOr<core::PipelineModel> JobMachine::Model() const {

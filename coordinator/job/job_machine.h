@@ -243,7 +243,9 @@ class JobMachine {
                    absl::Time now, JobEffects* out);
   // A report's speed probe: a published speed that moves is an event (a
   // model change for the trigger, logged).
-  void ApplyProbe(int rank, const dynmo::v1::IterationReport& report, JobEffects* out);
+  // `before`: the speeds before the report's probe.
+  void ApplyProbe(const std::vector<double>& before, const dynmo::v1::IterationReport& report,
+                  JobEffects* out);
   void ApplyAck(int rank, const dynmo::v1::PlanAck& ack, absl::Time now,
                 JobEffects* out);
   // The rebalancer's measures of the layout in force.

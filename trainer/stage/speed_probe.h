@@ -2,9 +2,11 @@
 // layers (LayerClock: the steady clock or a CPU-time clock on cpu, CUDA
 // events on a GPU), so the coordinator can tell a slow rank from a heavy
 // layer (coordinator/core/rank_speed.h). The work is a chain of matrix
-// products of one seeded 128 x 128 matrix on the rank's device: the same
-// kind of kernel the layers run, small enough (~0.1-2 ms) to run every few
-// iterations. A throttled GPU or a CPU core shared with another process
+// products of one seeded matrix on the rank's device — the kind of kernel
+// the layers run: 192 products of 128 x 128 on cpu (~8 ms: longer than the
+// scheduler's time slice, or a core shared with another process would go
+// unseen), 16 of 1024 x 1024 on cuda (~1-3 ms of compute, not launch
+// latency) — run every few iterations (--speed_probe_every). A throttled GPU or a CPU core shared with another process
 // takes longer for it, and so for every layer the rank holds; the CPU-time
 // clock (--layer_clock=cpu) sees neither, by design.
 //
@@ -28,6 +30,7 @@ class SpeedProbe {
 
  private:
   LayerClock clock_;
+  int products_;
   torch::Tensor a_;
   torch::Tensor b_;
 };

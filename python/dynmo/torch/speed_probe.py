@@ -4,28 +4,31 @@ A throttled GPU, a noisy neighbour or an older card takes longer for the
 same kernel, and so for every layer it holds. Reporting the probe's time
 (``Agent.report(..., probe_s=...)``) lets the coordinator price layers at
 speed 1 and each rank at its own speed (coordinator/core/rank_speed.h),
-instead of taking a slow rank's layers for heavy ones. The work is eight
-products of one seeded 128 x 128 matrix on the rank's device, as
-dynmo-train's ``--speed_probe_every`` runs it; on CUDA it is timed with
-events (one synchronisation), on CPU with the wall clock.
+instead of taking a slow rank's layers for heavy ones. The work is a chain
+of products of one seeded matrix, as dynmo-train's ``--speed_probe_every``
+runs it: 192 of 128 x 128 on CPU (~8 ms: longer than the scheduler's time
+slice, or a core shared with another process would go unseen), 16 of
+1024 x 1024 on CUDA; timed with events there (one synchronisation), with
+the wall clock on CPU.
 """
 import time
 from typing import Dict, Optional
 
 import torch
 
-_SIZE = 128
-_PRODUCTS = 8
+_CPU = (128, 192)   # size, products
+_CUDA = (1024, 16)
 _operands: Dict[str, torch.Tensor] = {}
 
 
 def speed_probe(device: Optional[torch.device] = None) -> float:
     """Runs the probe once on ``device`` (default CPU); returns its seconds."""
     device = torch.device(device or "cpu")
+    size, products = _CUDA if device.type == "cuda" else _CPU
     key = str(device)
     if key not in _operands:
         gen = torch.Generator().manual_seed(1234)  # apart from the model's streams
-        a = (torch.randn(_SIZE, _SIZE, generator=gen) / 16).to(device)
+        a = (torch.randn(size, size, generator=gen) / size ** 0.5).to(device)
         _operands[key] = a
         torch.mm(a, a)  # untimed: first-call allocation and kernel choice
     a = _operands[key]
@@ -35,13 +38,13 @@ def speed_probe(device: Optional[torch.device] = None) -> float:
             stop = torch.cuda.Event(enable_timing=True)
             start.record()
             x = a
-            for _ in range(_PRODUCTS):
+            for _ in range(products):
                 x = torch.mm(x, a)
             stop.record()
             stop.synchronize()
             return start.elapsed_time(stop) / 1000.0
         t0 = time.perf_counter()
         x = a
-        for _ in range(_PRODUCTS):
+        for _ in range(products):
             x = torch.mm(x, a)
         return time.perf_counter() - t0
