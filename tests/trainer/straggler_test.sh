@@ -29,7 +29,7 @@ for r in 0 1; do
   RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
     MASTER_PORT=$port DYNMO_COORDINATOR=none \
     taskset -c $r "$bin/dynmo-train" --pp=2 --layers=8 --hidden=128 --heads=4 --seq_len=64 \
-      --micro_batch=4 --microbatches=8 --intra_op_threads=1 --timeout_s=120 --steps=90 \
+      --micro_batch=4 --microbatches=8 --intra_op_threads=1 --timeout_s=120 --steps=120 \
       --initial_boundaries=0,5,10 --coordinator=embedded --job=straggler-test \
       > "$work/rank$r.out" 2>&1 &
   pids+=($!)
