@@ -83,6 +83,8 @@ void JobState::PublishMeasuresLocked() {
   metrics_->SetMeasures(m.imbalance, m.bottleneck, m.lower_bound,
                         machine_->rebalancer().bubble());
   metrics_->SetGpus(dp * n, dp * (shape.pipeline_size - n));
+  // Every rank's speed, 1 until its probes say otherwise.
+  metrics_->SetRankSpeeds(machine_->speeds().speeds());
 }
 
 absl::Status JobState::Register(const dynmo::v1::RegisterRequest& request,
