@@ -143,6 +143,11 @@ class Replay {
                               int64_t iter) const;
   // The true speed of `rank` at `iter` (config stragglers).
   double TrueSpeed(int rank, int64_t iter) const;
+  // `layers` on stages that hold `stage_ranks`, each at its slowest rank's
+  // true speed at `iter`.
+  core::PipelineModel SpeedModel(const std::vector<core::LayerCost>& layers,
+                                 const std::vector<std::vector<int>>& stage_ranks,
+                                 int64_t iter) const;
   // The ranks of each active stage of the grid in force / of static's.
   std::vector<std::vector<int>> RanksByStage() const;
   std::vector<std::vector<int>> StaticRanksByStage() const;
@@ -310,6 +315,19 @@ std::vector<std::vector<int>> Replay::StaticRanksByStage() const {
   return out;
 }
 
+core::PipelineModel Replay::SpeedModel(const std::vector<core::LayerCost>& layers,
+                                      const std::vector<std::vector<int>>& stage_ranks,
+                                      int64_t iter) const {
+  core::PipelineModel model;
+  model.layers = layers;
+  for (const std::vector<int>& ranks : stage_ranks) {
+    core::StageSpec st;
+    for (int r : ranks) st.speed = std::min(st.speed, TrueSpeed(r, iter));
+    model.stages.push_back(st);
+  }
+  return model;
+}
+
 absl::StatusOr<double> Replay::Cost(const std::vector<core::LayerCost>& layers,
                                     const Grid& grid,
                                     const std::vector<std::vector<int>>& stage_ranks,
@@ -320,13 +338,7 @@ absl::StatusOr<double> Replay::Cost(const std::vector<core::LayerCost>& layers,
   if (!c.ok()) return c.status();
   if (config_.stragglers.empty()) return c->iteration_s;
   // Each stage at its slowest replica's speed; the all-reduce as priced.
-  core::PipelineModel model;
-  model.layers = layers;
-  for (const std::vector<int>& ranks : stage_ranks) {
-    core::StageSpec st;
-    for (int r : ranks) st.speed = std::min(st.speed, TrueSpeed(r, iter));
-    model.stages.push_back(st);
-  }
+  const core::PipelineModel model = SpeedModel(layers, stage_ranks, iter);
   core::SimConfig sim;
   sim.schedule = spec_.schedule;
   sim.microbatches = std::max(1, spec_.global_microbatches / grid.dp);
@@ -339,13 +351,7 @@ absl::StatusOr<double> Replay::Cost(const std::vector<core::LayerCost>& layers,
 absl::StatusOr<double> Replay::OracleCost(const std::vector<core::LayerCost>& layers,
                                           int64_t iter) const {
   const std::vector<std::vector<int>> stage_ranks = StaticRanksByStage();
-  core::PipelineModel model;
-  model.layers = layers;
-  for (const std::vector<int>& ranks : stage_ranks) {
-    core::StageSpec st;
-    for (int r : ranks) st.speed = std::min(st.speed, TrueSpeed(r, iter));
-    model.stages.push_back(st);
-  }
+  const core::PipelineModel model = SpeedModel(layers, stage_ranks, iter);
   core::PartitionOptions po;
   po.method = core::PartitionMethod::kOptimal;
   absl::StatusOr<core::PartitionResult> best = core::Partition(model, po);

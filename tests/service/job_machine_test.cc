@@ -68,10 +68,10 @@ class JobMachineTest : public ::testing::Test {
     }
   }
 
-  // Stage 0's layers cost three times stage 1's.
-  void Report(int64_t iteration) {
+  // Each rank's report of `iteration`: stage 0's layers cost three times
+  // stage 1's.
+  static std::vector<dynmo::v1::IterationReport> SkewedReports(int64_t iteration) {
     std::vector<dynmo::v1::IterationReport> reports(kStages);
-    std::vector<UpstreamMessage> up;
     for (int r = 0; r < kStages; ++r) {
       reports[r].set_iteration(iteration);
       for (int l = r * kLayers / 2; l < (r + 1) * kLayers / 2; ++l) {
@@ -81,10 +81,21 @@ class JobMachineTest : public ::testing::Test {
         s->set_bwd_s(r == 0 ? 0.06 : 0.02);
         s->set_resident_bytes(1 << 20);
       }
-      up.push_back({r, &reports[r], nullptr});
     }
+    return reports;
+  }
+
+  static std::vector<UpstreamMessage> Upstream(
+      const std::vector<dynmo::v1::IterationReport>& reports) {
+    std::vector<UpstreamMessage> up;
+    for (int r = 0; r < kStages; ++r) up.push_back({r, &reports[r], nullptr});
+    return up;
+  }
+
+  void Report(int64_t iteration) {
+    const std::vector<dynmo::v1::IterationReport> reports = SkewedReports(iteration);
     JobEffects fx;
-    ASSERT_TRUE(machine_->OnUpstream(up, t0_, &fx).ok());
+    ASSERT_TRUE(machine_->OnUpstream(Upstream(reports), t0_, &fx).ok());
     EXPECT_EQ(fx.reports, kStages);
   }
 
@@ -175,20 +186,8 @@ TEST_F(JobMachineTest, SameEventsSameEffects) {
     ASSERT_TRUE(twin.Attach(ranks, keys, false, std::make_shared<Sink>(), &fx).ok());
   }
   Report(3);
-  std::vector<dynmo::v1::IterationReport> reports(kStages);
-  std::vector<UpstreamMessage> up;
-  for (int r = 0; r < kStages; ++r) {
-    reports[r].set_iteration(3);
-    for (int l = r * kLayers / 2; l < (r + 1) * kLayers / 2; ++l) {
-      auto* s = reports[r].add_layers();
-      s->set_layer(l);
-      s->set_fwd_s(r == 0 ? 0.03 : 0.01);
-      s->set_bwd_s(r == 0 ? 0.06 : 0.02);
-      s->set_resident_bytes(1 << 20);
-    }
-    up.push_back({r, &reports[r], nullptr});
-  }
-  ASSERT_TRUE(twin.OnUpstream(up, t0_, &fx).ok());
+  const std::vector<dynmo::v1::IterationReport> reports = SkewedReports(3);
+  ASSERT_TRUE(twin.OnUpstream(Upstream(reports), t0_, &fx).ok());
   JobEffects a, b;
   auto ra = machine_->Rebalance(t0_, &a);
   auto rb = twin.Rebalance(t0_, &b);
