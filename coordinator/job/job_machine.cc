@@ -170,9 +170,14 @@ void JobMachine::ApplyReport(int rank, const dynmo::v1::IterationReport& report,
   const RosterRank& r = roster_.at(rank);
   // A released stage holds no layers any more; its stragglers are ignored.
   const bool active = RankRoster::IsActiveStage(layout_.active_stages, r.pipeline_rank);
-  const std::vector<double> before = speeds_.speeds();
-  const bool speed_moved = active && report.probe_s() > 0 && speeds_.AddProbe(rank, report.probe_s());
-  if (speed_moved) ApplyProbe(before, report, out);
+  // Only a report that carries a probe can move a speed (and pays for the
+  // copy the event compares against).
+  bool speed_moved = false;
+  if (active && report.probe_s() > 0) {
+    const std::vector<double> before = speeds_.speeds();
+    speed_moved = speeds_.AddProbe(rank, report.probe_s());
+    if (speed_moved) ApplyProbe(before, report, out);
+  }
   // A layer measured t on a rank of speed s costs t * s at speed 1.
   const double speed = speeds_.speed(rank);
   for (const auto& l : report.layers()) {
