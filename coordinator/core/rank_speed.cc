@@ -53,10 +53,9 @@ double RankSpeeds::probe_s(int rank) const {
 bool RankSpeeds::Warm(size_t r) const { return count_[r] >= options_.warmup; }
 
 
-double RankSpeeds::RelativeNoise(size_t r) const {
+double RankSpeeds::PooledNoise() const {
   // Every rank runs the same probe: their spreads are pooled (a rank's own
-  // few probes can look deceptively steady), and a rank's own spread counts
-  // where it is larger.
+  // few probes can look deceptively steady).
   double pooled = 0;
   int warm = 0;
   for (size_t k = 0; k < level_.size(); ++k) {
@@ -64,7 +63,11 @@ double RankSpeeds::RelativeNoise(size_t r) const {
     pooled += var_[k] / (level_[k] * level_[k]);
     ++warm;
   }
-  pooled = warm > 0 ? std::sqrt(pooled / warm) : 0;
+  return warm > 0 ? std::sqrt(pooled / warm) : 0;
+}
+
+double RankSpeeds::RelativeNoise(size_t r, double pooled) const {
+  // A rank's own spread counts where it is larger than the pool's.
   const double own = level_[r] > 0 ? std::sqrt(var_[r]) / level_[r] : 0;
   return std::max(own, pooled);
 }
@@ -82,7 +85,8 @@ bool RankSpeeds::AddProbe(int rank, double probe_s) {
     if (n == options_.warmup) var_[r] = n > 1 ? var_[r] / (n - 1) : 0;
   } else {
     const double gate =
-        std::max(options_.min_change, options_.sigmas * RelativeNoise(r)) * level_[r];
+        std::max(options_.min_change, options_.sigmas * RelativeNoise(r, PooledNoise())) *
+        level_[r];
     const double d = probe_s - level_[r];
     std::vector<double>& pending = pending_[r];
     if (std::fabs(d) <= gate) {
@@ -124,12 +128,13 @@ bool RankSpeeds::Publish() {
   const double ref = warm[q];
   // The ratio's noise is taken as two probes' (not two smoothed levels',
   // which are steadier): conservative, since the reference is the smallest
-  // of several noisy levels.
+  // of several noisy levels. The pool is taken once: O(ranks) a probe.
+  const double pooled = PooledNoise();
   bool changed = false;
   for (size_t k = 0; k < level_.size(); ++k) {
     if (!Warm(k)) continue;
     const double raw = std::min(1.0, ref / level_[k]);
-    const double sd = raw * std::sqrt(2.0) * RelativeNoise(k);
+    const double sd = raw * std::sqrt(2.0) * RelativeNoise(k, pooled);
     const double gap = std::fabs(raw - published_[k]);
     if (gap > options_.min_change * published_[k] && gap > options_.sigmas * sd) {
       published_[k] = raw;

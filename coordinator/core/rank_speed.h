@@ -66,8 +66,10 @@ class RankSpeeds {
 
  private:
   bool Warm(size_t r) const;
-  // The spread of rank r's probes relative to its level.
-  double RelativeNoise(size_t r) const;
+  // The warmed-up ranks' pooled relative spread.
+  double PooledNoise() const;
+  // The spread of rank r's probes relative to its level (at least `pooled`).
+  double RelativeNoise(size_t r, double pooled) const;
   // Moves the published speeds the levels now call for; true if any moved.
   bool Publish();
 
