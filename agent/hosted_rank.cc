@@ -1,6 +1,7 @@
 #include "agent/hosted_rank.h"
 
 #include "agent/rank_link.h"
+#include "wire/plan_codec.h"
 
 namespace dynmo::agent {
 
@@ -8,12 +9,12 @@ absl::Status HostedRank::ReportIteration(const IterationSample& sample) {
   return link_->Report(index_, sample);
 }
 
-std::optional<dynmo::v1::Plan> HostedRank::LatestCommittedPlan() const {
-  return link_->LatestCommitted(index_);
+std::optional<wire::Plan> HostedRank::LatestCommittedPlan() const {
+  return wire::PlanFromProto(link_->LatestCommitted(index_));
 }
 
-std::optional<dynmo::v1::Plan> HostedRank::PlanToApplyAt(int64_t iteration) {
-  return link_->DueAt(index_, iteration);
+std::optional<wire::Plan> HostedRank::PlanToApplyAt(int64_t iteration) {
+  return wire::PlanFromProto(link_->DueAt(index_, iteration));
 }
 
 absl::Status HostedRank::Acknowledge(uint64_t epoch, bool applied,

@@ -18,7 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "agent/agent_config.h"
-#include "dynmo/v1/plan.pb.h"
+#include "wire/plan_codec.h"
 
 namespace dynmo::agent {
 
@@ -32,11 +32,11 @@ class HostedRank {
 
   // The newest committed plan: the one waiting for its apply iteration, or
   // else the last applied one. nullopt before any.
-  std::optional<dynmo::v1::Plan> LatestCommittedPlan() const;
+  std::optional<wire::Plan> LatestCommittedPlan() const;
 
   // The committed plan due at the start of `iteration`, if any. A prepared
   // plan that is due (or overdue) but not committed is failed here.
-  std::optional<dynmo::v1::Plan> PlanToApplyAt(int64_t iteration);
+  std::optional<wire::Plan> PlanToApplyAt(int64_t iteration);
 
   // Settles the plan of `epoch`: applied (switched at its apply iteration)
   // or not. FAILED_PRECONDITION when that epoch is not the pending plan.

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "wire/layer_codec.h"
 
 namespace dynmo::agent {
 namespace {
@@ -60,14 +61,7 @@ absl::Status RankState::Report(const IterationSample& s) {
       return absl::InvalidArgumentError(absl::StrCat(
           "layer ", l.id, ": times and sizes must be finite and >= 0"));
     }
-    auto* ls = r.add_layers();
-    ls->set_layer(l.id);
-    ls->set_fwd_s(l.fwd_s);
-    ls->set_bwd_s(l.bwd_s);
-    ls->set_wgrad_s(l.wgrad_s);
-    ls->set_params(l.params);
-    ls->set_resident_bytes(l.resident_bytes);
-    ls->set_activation_bytes(l.activation_bytes);
+    wire::LayerCostToSample(l, r.add_layers());
   }
   if (s.memory_used_bytes < 0 || s.memory_capacity_bytes < 0 ||
       !FiniteNonNegative(s.neighbour_wait_s) || !FiniteNonNegative(s.probe_s)) {

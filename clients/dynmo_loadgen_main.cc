@@ -322,7 +322,7 @@ int main(int argc, char** argv) {
   absl::Time next = start;
   for (int k = 0; k < iterations; ++k) {
     // Plans due at k: the in-band agreement over every active rank.
-    std::vector<std::optional<v1::Plan>> due(ranks.size());
+    std::vector<std::optional<wire::Plan>> due(ranks.size());
     bool any = false;
     bool all = true;
     uint64_t epoch = 0;
@@ -334,42 +334,42 @@ int main(int argc, char** argv) {
       due[r] = ranks[r]->PlanToApplyAt(k);
       if (due[r]) {
         any = true;
-        if (epoch == 0) epoch = due[r]->epoch();
-        all = all && due[r]->epoch() == epoch;
+        if (epoch == 0) epoch = due[r]->epoch;
+        all = all && due[r]->epoch == epoch;
       } else {
         all = false;
       }
     }
     if (any) {
-      const v1::Plan plan = *std::find_if(due.begin(), due.end(),
+      const wire::Plan plan = *std::find_if(due.begin(), due.end(),
                                           [](const auto& p) { return p.has_value(); })
                                  ->operator->();
       for (size_t r = 0; r < ranks.size(); ++r) {
         if (due[r]) {
-          (void)ranks[r]->Acknowledge(due[r]->epoch(), all,
+          (void)ranks[r]->Acknowledge(due[r]->epoch, all,
                                       all ? "" : "not every rank committed");
         }
       }
-      nlohmann::json pj = {{"epoch", plan.epoch()},
-                           {"apply_iteration", plan.apply_iteration()},
-                           {"reason", plan.reason()},
+      nlohmann::json pj = {{"epoch", plan.epoch},
+                           {"apply_iteration", plan.apply_iteration},
+                           {"reason", plan.reason},
                            {"applied", all}};
       if (all) {
         ++applied;
-        applied_epoch = plan.epoch();
-        boundaries.assign(plan.boundaries().begin(), plan.boundaries().end());
-        active.assign(plan.active_stages().begin(), plan.active_stages().end());
+        applied_epoch = plan.epoch;
+        boundaries = plan.boundaries;
+        active = plan.active_stages;
         int64_t last_commit = 0;
         std::vector<double> prep_ms, com_ms;
         for (size_t r = 0; r < ranks.size(); ++r) {
           if (!due[r]) continue;
           agent::AgentStats st = ranks[r]->stats();
-          if (st.last_commit_epoch == plan.epoch()) {
+          if (st.last_commit_epoch == plan.epoch) {
             last_commit = std::max(last_commit, st.last_commit_unix_nanos);
-            com_ms.push_back((st.last_commit_unix_nanos - plan.decided_unix_nanos()) / 1e6);
+            com_ms.push_back((st.last_commit_unix_nanos - plan.decided_unix_nanos) / 1e6);
           }
-          if (st.last_prepare_epoch == plan.epoch()) {
-            prep_ms.push_back((st.last_prepare_unix_nanos - plan.decided_unix_nanos()) / 1e6);
+          if (st.last_prepare_epoch == plan.epoch) {
+            prep_ms.push_back((st.last_prepare_unix_nanos - plan.decided_unix_nanos) / 1e6);
           }
         }
         // Spread over the ranks (ms after the decision): when each got the
@@ -377,12 +377,11 @@ int main(int argc, char** argv) {
         pj["prepare_ms_min_p50_max"] = {Percentile(prep_ms, 0), Percentile(prep_ms, 0.5), Percentile(prep_ms, 1)};
         pj["commit_ms_min_p50_max"] = {Percentile(com_ms, 0), Percentile(com_ms, 0.5), Percentile(com_ms, 1)};
         const double ms =
-            static_cast<double>(last_commit - plan.decided_unix_nanos()) / 1e6;
+            static_cast<double>(last_commit - plan.decided_unix_nanos) / 1e6;
         delivery_ms.push_back(ms);
         pj["delivery_ms"] = ms;
         pj["boundaries"] = boundaries;
-        pj["released_stages"] = std::vector<int>(plan.released_stages().begin(),
-                                                 plan.released_stages().end());
+        pj["released_stages"] = plan.released_stages;
       } else {
         ++failed;
       }

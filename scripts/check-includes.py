@@ -26,26 +26,28 @@ ALLOWED = {
     "coordinator/formats": {"coordinator/core", "coordinator/formats"},
     # dynmo-sim replays through the coordinator's own job machine.
     "coordinator/tools": {"coordinator/core", "coordinator/formats", "coordinator/tools",
-                          "coordinator/job", "dynmo/v1", "cli"},
+                          "coordinator/job", "dynmo/v1", "cli", "wire"},
     # The pure job machine: no daemon, no logger, no metrics.
-    "coordinator/job": {"coordinator/core", "coordinator/job", "dynmo/v1"},
+    "coordinator/job": {"coordinator/core", "coordinator/job", "dynmo/v1", "wire"},
+    # The one codec between the core's structs and the dynmo.v1 messages.
+    "wire": {"wire", "coordinator/core", "dynmo/v1"},
     "coordinator/service": {"coordinator/core", "coordinator/formats", "coordinator/job",
-                            "coordinator/service", "dynmo/v1", "cli", "rpc"},
-    "agent": {"agent", "coordinator/core", "dynmo/v1", "rpc"},
+                            "coordinator/service", "dynmo/v1", "cli", "rpc", "wire"},
+    "agent": {"agent", "coordinator/core", "dynmo/v1", "rpc", "wire"},
     # The node relay: a server for the agents, a client of the coordinator.
-    "relay": {"relay", "agent", "dynmo/v1", "rpc"},
+    "relay": {"relay", "agent", "dynmo/v1", "rpc", "wire"},
     "rpc": {"rpc"},
     "clients": {"clients", "agent", "relay", "coordinator/core", "coordinator/formats",
-                "dynmo/v1", "cli", "rpc"},
+                "dynmo/v1", "cli", "rpc", "wire"},
     "launcher": {"launcher", "agent", "relay", "coordinator/service", "coordinator/job",
                  "coordinator/core",
-                 "dynmo/v1", "cli", "rpc"},
+                 "dynmo/v1", "cli", "rpc", "wire"},
     "kernels": {"kernels"},
     # trainer/ itself holds no sources, only its floors (TRAINER_FLOORS).
     "trainer": set(),
     # The Python binding (dynmo._core): the agent and the tools' decision code.
     "python": {"python", "agent", "coordinator/core", "coordinator/formats",
-               "coordinator/tools", "coordinator/job", "dynmo/v1"},
+               "coordinator/tools", "coordinator/job", "dynmo/v1", "wire"},
 }
 # The trainer's floors, bottom to top (trainer/README.md): each may include
 # itself, the floors below it and the folders outside trainer/ that the
@@ -53,7 +55,7 @@ ALLOWED = {
 TRAINER_FLOORS = ["data", "layout", "config", "comm", "model", "state", "dynamism",
                   "stage", "elastic", "run"]
 TRAINER_USES = {"agent", "coordinator/core", "coordinator/formats", "kernels", "dynmo/v1",
-                "cli"}
+                "cli", "wire"}
 for _i, _floor in enumerate(TRAINER_FLOORS):
     ALLOWED["trainer/" + _floor] = TRAINER_USES | {"trainer/" + f
                                                    for f in TRAINER_FLOORS[:_i + 1]}
@@ -64,7 +66,7 @@ TRAINER_PLAIN = {"trainer/data", "trainer/layout", "trainer/config"}
 ANYTHING = {"tests", "bench", "examples"}
 OURS = ["cli", "rpc", "coordinator/core", "coordinator/formats", "coordinator/tools",
         "coordinator/job", "coordinator/service", "agent", "relay", "clients", "launcher", "kernels",
-        "trainer", "python", "dynmo/v1", "tests", "bench"] + [
+        "trainer", "python", "dynmo/v1", "wire", "tests", "bench"] + [
             "trainer/" + f for f in TRAINER_FLOORS]
 TORCH = ("torch/", "ATen/", "c10/", "caffe2/")
 TORCH_ALLOWED = ({"trainer/" + f for f in TRAINER_FLOORS} - TRAINER_PLAIN) | ANYTHING
@@ -76,6 +78,7 @@ NO_IO = {
     "kernels": ("grpc", "grpcpp/", "google/protobuf/", "nlohmann/"),
     # The job machine speaks protobuf messages and nothing else of the wire.
     "coordinator/job": ("grpc", "grpcpp/", "nlohmann/", "prometheus/", "spdlog/"),
+    "wire": ("grpc", "grpcpp/", "nlohmann/", "prometheus/", "spdlog/"),
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]')
 SOURCES = (".h", ".hpp", ".cc", ".cpp", ".cu", ".cuh")

@@ -32,24 +32,56 @@ PipelineModel Window(const PipelineModel& model, int first, int count) {
   return sub;
 }
 
+// Stages that stay, in pipeline order (original indices).
+using Survivors = std::vector<int>;
+
+Survivors WindowStages(int first, int count) {
+  Survivors s(static_cast<size_t>(count));
+  for (int t = 0; t < count; ++t) s[static_cast<size_t>(t)] = first + t;
+  return s;
+}
+
+// The `count` fastest stages in pipeline order: the slowest are released
+// first (ties: the later stage goes first, so equal speeds trim the tail).
+Survivors FastestStages(const std::vector<StageSpec>& stages, int count) {
+  std::vector<int> order(stages.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    return stages[static_cast<size_t>(a)].speed > stages[static_cast<size_t>(b)].speed;
+  });
+  Survivors keep(order.begin(), order.begin() + count);
+  std::sort(keep.begin(), keep.end());
+  return keep;
+}
+
+bool SameSpeed(const std::vector<StageSpec>& stages) {
+  for (const StageSpec& s : stages) {
+    if (s.speed != stages[0].speed) return false;
+  }
+  return true;
+}
+
 struct Candidate {
-  int first = 0;
+  Survivors stages;
   internal::ExactPartition part;
 };
 
-// The best partition over stages [first, first + count), with the tie-break
-// keeping bytes on the stages that hold them in `current`.
-absl::StatusOr<Candidate> SolveWindow(const PipelineModel& model,
+// The best partition over `stages`, with the tie-break keeping bytes on the
+// stages that hold them in `current`.
+absl::StatusOr<Candidate> SolveSubset(const PipelineModel& model,
                                       const std::optional<Boundaries>& current,
-                                      int first, int count) {
+                                      Survivors stages) {
   internal::CurrentRanges ranges;
-  for (int t = 0; current && t < count; ++t) {
-    ranges.push_back({(*current)[first + t], (*current)[first + t + 1]});
+  PipelineModel sub;
+  sub.layers = model.layers;
+  sub.link = model.link;
+  for (int s : stages) {
+    sub.stages.push_back(model.stages[static_cast<size_t>(s)]);
+    if (current) ranges.push_back({(*current)[s], (*current)[s + 1]});
   }
-  absl::StatusOr<internal::ExactPartition> part =
-      internal::SolveExact(Window(model, first, count), ranges);
+  absl::StatusOr<internal::ExactPartition> part = internal::SolveExact(sub, ranges);
   if (!part.ok()) return part.status();
-  return Candidate{first, *std::move(part)};
+  return Candidate{std::move(stages), *std::move(part)};
 }
 
 }  // namespace
@@ -74,6 +106,7 @@ absl::StatusOr<RepackResult> RepackOptimal(const PipelineModel& model,
     }
   }
   const bool homogeneous = Homogeneous(model.stages);
+  const bool same_speed = SameSpeed(model.stages);
   // Reference: the best the pipeline can do with as many stages as it can use.
   const int widest = std::min(k, n);
   std::optional<double> reference;
@@ -110,8 +143,16 @@ absl::StatusOr<RepackResult> RepackOptimal(const PipelineModel& model,
     }
     // Identical stages and nothing placed yet: every window is the same.
     const int last_first = (homogeneous && !current) ? 0 : k - count;
+    std::vector<Survivors> subsets;
     for (int first = 0; first <= last_first; ++first) {
-      absl::StatusOr<Candidate> cand = SolveWindow(model, current, first, count);
+      subsets.push_back(WindowStages(first, count));
+    }
+    // Ranks of different speeds: the survivors may also be the fastest
+    // stages wherever they sit (a slow stage in the middle is released and
+    // its neighbours join across the gap).
+    if (!same_speed && count < k) subsets.push_back(FastestStages(model.stages, count));
+    for (Survivors& stages : subsets) {
+      absl::StatusOr<Candidate> cand = SolveSubset(model, current, std::move(stages));
       if (!cand.ok() || cand->part.bottleneck > limit) continue;
       if (!chosen || cand->part.bottleneck < chosen->part.bottleneck ||
           (cand->part.bottleneck == chosen->part.bottleneck &&
@@ -127,17 +168,14 @@ absl::StatusOr<RepackResult> RepackOptimal(const PipelineModel& model,
   out.reference_bottleneck = *reference;
   out.bottleneck = chosen->part.bottleneck;
   out.boundaries = chosen->part.boundaries;
-  const int count = static_cast<int>(out.boundaries.size()) - 1;
+  std::vector<int> new_index(static_cast<size_t>(k), -1);
+  for (size_t t = 0; t < chosen->stages.size(); ++t) {
+    new_index[static_cast<size_t>(chosen->stages[t])] = static_cast<int>(t);
+  }
   for (int s = 0; s < k; ++s) {
-    CommSplit split{s, kReleasedColor, -1};
-    if (s >= chosen->first && s < chosen->first + count) {
-      out.active_stages.push_back(s);
-      split.color = 0;
-      split.key = s - chosen->first;
-    } else {
-      out.released_stages.push_back(s);
-    }
-    out.split.push_back(split);
+    const int key = new_index[static_cast<size_t>(s)];
+    (key >= 0 ? out.active_stages : out.released_stages).push_back(s);
+    out.split.push_back(CommSplit{s, key >= 0 ? 0 : kReleasedColor, key});
   }
   if (current) {
     absl::StatusOr<MigrationPlan> plan =

@@ -6,8 +6,12 @@
 // as there are layers, if fewer; tolerance 0: "without losing throughput") and
 // fits every memory cap. Survivors are a
 // contiguous window of the current stage order, so the new pipeline is the old
-// one with its ends trimmed and neighbours stay neighbours; among equal
-// windows it keeps the one that moves the fewest bytes. The result carries the
+// one with its ends trimmed and neighbours stay neighbours; when the stages
+// differ in speed (StageSpec::speed, a rank's measured speed) the survivors
+// may also be the fastest stages wherever they sit, so the slowest ranks are
+// released first and the stages around a released one become neighbours.
+// Among candidates it keeps the smallest bottleneck, then the one that moves
+// the fewest bytes. The result carries the
 // communicator split the trainer applies: colour 0 and key = new stage index
 // for survivors, colour -1 (NCCL_SPLIT_NOCOLOR) for released stages.
 //

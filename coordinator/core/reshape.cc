@@ -13,10 +13,11 @@ namespace {
 
 bool FinitePositive(double v) { return std::isfinite(v) && v > 0; }
 
-// The pipeline model of one replica of a pp-stage grid: every stage the
-// spec's device, holding the schedule's in-flight activations at its peak.
+// The pipeline model of one replica of a pp x dp grid: every stage the
+// spec's device at the speed of its slowest replica, holding the schedule's
+// in-flight activations at its peak.
 PipelineModel ReplicaModel(absl::Span<const LayerCost> layers,
-                           const ShapeSpec& spec, int pp, int microbatches) {
+                           const ShapeSpec& spec, int pp, int dp, int microbatches) {
   PipelineModel model;
   model.layers.assign(layers.begin(), layers.end());
   model.link = spec.link;
@@ -24,8 +25,30 @@ PipelineModel ReplicaModel(absl::Span<const LayerCost> layers,
   for (int s = 0; s < pp; ++s) {
     model.stages[s].inflight_microbatches =
         std::min(microbatches, WarmupCount(spec.schedule, s, pp, microbatches) + 1);
+    if (spec.rank_speeds.empty()) continue;
+    double speed = spec.rank_speeds[static_cast<size_t>(s * dp)];
+    for (int r = 1; r < dp; ++r) {
+      speed = std::min(speed, spec.rank_speeds[static_cast<size_t>(s * dp + r)]);
+    }
+    model.stages[s].speed = speed;
   }
   return model;
+}
+
+// rank_speeds is empty or one finite positive speed per rank of `grid`.
+absl::Status ValidateRankSpeeds(const ShapeSpec& spec, const Grid& grid) {
+  if (spec.rank_speeds.empty()) return absl::OkStatus();
+  if (spec.rank_speeds.size() != static_cast<size_t>(grid.pp) * static_cast<size_t>(grid.dp)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(spec.rank_speeds.size(), " rank speeds for a grid of ",
+                     grid.pp * grid.dp, " ranks"));
+  }
+  for (double v : spec.rank_speeds) {
+    if (!FinitePositive(v)) {
+      return absl::InvalidArgumentError("rank speeds must be finite and > 0");
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ValidateGrid(const Grid& grid, int num_layers) {
@@ -135,9 +158,10 @@ absl::StatusOr<ShapeCost> CostOfGrid(absl::Span<const LayerCost> layers,
   if (absl::Status s = ValidateShapeSpec(spec); !s.ok()) return s;
   const int n = static_cast<int>(layers.size());
   if (absl::Status s = ValidateGrid(grid, n); !s.ok()) return s;
+  if (absl::Status s = ValidateRankSpeeds(spec, grid); !s.ok()) return s;
   absl::StatusOr<int> m = MicrobatchesPerReplica(spec, grid.dp);
   if (!m.ok()) return m.status();
-  PipelineModel model = ReplicaModel(layers, spec, grid.pp, *m);
+  PipelineModel model = ReplicaModel(layers, spec, grid.pp, grid.dp, *m);
   if (absl::Status s = ValidateModel(model); !s.ok()) return s;
   return Price(model, spec, grid, *m);
 }
@@ -148,6 +172,7 @@ absl::StatusOr<ShapeCost> CostOfShape(absl::Span<const LayerCost> layers,
   if (absl::Status s = ValidateShapeSpec(spec); !s.ok()) return s;
   const int n = static_cast<int>(layers.size());
   if (absl::Status s = ValidateGrid(from, n); !s.ok()) return s;
+  if (absl::Status s = ValidateRankSpeeds(spec, from); !s.ok()) return s;
   if (pp < 1 || dp < 1 || pp * dp != from.pp * from.dp) {
     return absl::InvalidArgumentError(absl::StrCat(
         "grid ", pp, "x", dp, " does not use the ", from.pp * from.dp, " ranks of ",
@@ -159,7 +184,7 @@ absl::StatusOr<ShapeCost> CostOfShape(absl::Span<const LayerCost> layers,
   }
   absl::StatusOr<int> m = MicrobatchesPerReplica(spec, dp);
   if (!m.ok()) return m.status();
-  PipelineModel model = ReplicaModel(layers, spec, pp, *m);
+  PipelineModel model = ReplicaModel(layers, spec, pp, dp, *m);
   if (absl::Status s = ValidateModel(model); !s.ok()) return s;
   // On the same number of stages, ties go to the layout in force (the
   // optimum moves nothing it need not move).

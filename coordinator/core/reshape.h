@@ -64,6 +64,12 @@ struct ShapeSpec {
   // Every rank's device (capacity, speed); inflight_microbatches is set per
   // stage from the schedule and is ignored here.
   StageSpec device;
+  // Each rank's measured speed by position p = stage * dp + replica (a rank
+  // keeps its position in every grid, plan.proto's Reshape rule), so a grid
+  // is priced on the devices it would run on: a stage runs at its slowest
+  // replica's speed. Empty: every rank at device.speed. Otherwise one per
+  // rank of the grid, each finite and > 0.
+  std::vector<double> rank_speeds;
   LinkSpec link;
   DataParallelSpec data_parallel;
 };

@@ -26,17 +26,40 @@ std::vector<core::CommSplit> IdentitySplit(const std::vector<int>& active) {
 }
 
 // The device every rank of a re-shaped grid is priced as: the smallest
-// capacity (unbounded only when every stage is) and the slowest speed.
+// capacity (unbounded only when every stage is); speeds are per rank
+// (RankSpeeds).
 core::StageSpec CommonDevice(const std::vector<core::StageSpec>& stages) {
   core::StageSpec d = stages.front();
+  d.speed = 1.0;
   for (const core::StageSpec& s : stages) {
     if (s.capacity_bytes >= 0 &&
         (d.capacity_bytes < 0 || s.capacity_bytes < d.capacity_bytes)) {
       d.capacity_bytes = s.capacity_bytes;
     }
-    d.speed = std::min(d.speed, s.speed);
   }
   return d;
+}
+
+// The speeds of the ranks of model stages `stages` (in order), by position
+// (stage index in `stages` * dp + replica).
+std::vector<double> RankSpeeds(const DecisionInput& in, const std::vector<int>& stages) {
+  const int dp = std::max(1, in.data_parallel);
+  const bool measured =
+      in.rank_speeds.size() == in.model.stages.size() * static_cast<size_t>(dp);
+  std::vector<double> speeds;
+  for (int s : stages) {
+    for (int r = 0; r < dp; ++r) {
+      speeds.push_back(measured ? in.rank_speeds[static_cast<size_t>(s * dp + r)]
+                                : in.model.stages[static_cast<size_t>(s)].speed);
+    }
+  }
+  return speeds;
+}
+
+std::vector<int> AllStages(int n) {
+  std::vector<int> v(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) v[static_cast<size_t>(i)] = i;
+  return v;
 }
 
 // The re-shape decision (see Decide), or none.
@@ -49,6 +72,7 @@ absl::StatusOr<std::optional<Decision>> DecideReshape(const DecisionInput& in) {
   spec.global_microbatches = in.microbatches * in.data_parallel;
   spec.schedule = in.schedule;
   spec.device = CommonDevice(in.model.stages);
+  spec.rank_speeds = RankSpeeds(in, AllStages(num_stages));
   spec.link = in.model.link;
   spec.data_parallel = in.data_parallel_spec;
   const core::Grid from{num_stages, in.data_parallel, in.current};
@@ -79,8 +103,10 @@ absl::StatusOr<std::optional<Decision>> DecideReshape(const DecisionInput& in) {
   ro.current = in.current;
   absl::StatusOr<core::RepackResult> packed = core::RepackOptimal(in.model, ro);
   if (packed.ok() && !packed->released_stages.empty()) {
+    core::ShapeSpec packed_spec = spec;
+    packed_spec.rank_speeds = RankSpeeds(in, packed->active_stages);
     absl::StatusOr<core::ShapeCost> release = core::CostOfGrid(
-        in.model.layers, spec,
+        in.model.layers, packed_spec,
         core::Grid{static_cast<int>(packed->active_stages.size()), in.data_parallel,
                    packed->boundaries});
     if (release.ok()) choice.release_microbatches_per_s = release->tokens_per_s;
@@ -133,8 +159,14 @@ absl::StatusOr<Decision> Decide(const DecisionInput& input) {
     ro.tolerance = input.policy.repack_tolerance;
     ro.current = input.current;
     if (input.full_stages > num_stages) {
+      // The released stages are priced like the fastest active one: the
+      // reference is the job on all its stages at full speed.
       core::PipelineModel full = input.model;
-      full.stages.assign(static_cast<size_t>(input.full_stages), input.model.stages[0]);
+      core::StageSpec fastest = input.model.stages[0];
+      for (const core::StageSpec& s : input.model.stages) {
+        fastest.speed = std::max(fastest.speed, s.speed);
+      }
+      full.stages.assign(static_cast<size_t>(input.full_stages), fastest);
       absl::StatusOr<double> best = core::OptimalBottleneck(full);
       if (best.ok() && *best > 0) ro.reference_bottleneck = *best;
     }

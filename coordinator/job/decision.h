@@ -36,6 +36,11 @@ struct DecisionInput {
   int microbatches = 1;
   core::Schedule schedule = core::Schedule::k1F1B;
   core::DataParallelSpec data_parallel_spec;
+  // Each rank's measured speed by position p = model stage * data_parallel
+  // + replica (plan.proto's Reshape rule), for pricing re-shaped grids on
+  // the devices they would run on. Empty: each rank at its model stage's
+  // speed (its slowest replica's).
+  std::vector<double> rank_speeds;
 };
 
 // A re-shape of the job's ranks into pp x dp (plan.proto's Reshape).

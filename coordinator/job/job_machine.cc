@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/job/proto_convert.h"
+#include "wire/layer_codec.h"
 
 namespace dynmo::service {
 namespace {
@@ -183,7 +184,7 @@ void JobMachine::ApplyReport(int rank, const dynmo::v1::IterationReport& report,
   for (const auto& l : report.layers()) {
     if (!active) break;
     // Check() validated the layers against the job's.
-    core::LayerCost cost = LayerCostFromSample(l);
+    core::LayerCost cost = wire::LayerCostFromSample(l);
     cost.fwd_s *= speed;
     cost.bwd_s *= speed;
     cost.wgrad_s *= speed;
@@ -233,6 +234,30 @@ void JobMachine::ApplyProbe(const std::vector<double>& before,
          {"probe_s", speeds_.probe_s(k)}},
         out);
   }
+}
+
+std::vector<double> JobMachine::PositionSpeeds() const {
+  const int pp = roster_.shape().pipeline_size;
+  const int dp = std::max(1, roster_.shape().data_parallel_size);
+  const std::vector<int>& active = layout_.active_stages;
+  std::vector<int> index(static_cast<size_t>(std::max(pp, 0)), -1);
+  for (size_t i = 0; i < active.size(); ++i) {
+    if (active[i] >= 0 && active[i] < pp) {
+      index[static_cast<size_t>(active[i])] = static_cast<int>(i);
+    }
+  }
+  std::vector<double> speeds(active.size() * static_cast<size_t>(dp), 1.0);
+  for (int k = 0; k < roster_.size(); ++k) {
+    const RosterRank& r = roster_.at(k);
+    if (!r.registered || r.pipeline_rank < 0 || r.pipeline_rank >= pp ||
+        r.data_parallel_rank < 0 || r.data_parallel_rank >= dp) {
+      continue;
+    }
+    const int i = index[static_cast<size_t>(r.pipeline_rank)];
+    if (i < 0) continue;
+    speeds[static_cast<size_t>(i * dp + r.data_parallel_rank)] = speeds_.speed(k);
+  }
+  return speeds;
 }
 
 absl::StatusOr<core::PipelineModel> JobMachine::Model() const {
@@ -285,7 +310,8 @@ void JobMachine::Tick(absl::Time now, JobEffects* out) {
   std::optional<Proposal> proposal = rebalancer_.Consider(RebalanceContext{
       *model, layout_, profile_, roster_.shape().pipeline_size,
       roster_.shape().data_parallel_size, roster_.CheckConnected(active).ok(),
-      roster_.ReportedSince(active, rebalancer_.model_changed_iteration())});
+      roster_.ReportedSince(active, rebalancer_.model_changed_iteration()),
+      PositionSpeeds()});
   for (double s : rebalancer_.TakeDecisionLatencies()) out->decision_latency_s.push_back(s);
   if (!proposal) return;
   absl::StatusOr<dynmo::v1::Plan> issued =
@@ -307,7 +333,7 @@ absl::StatusOr<dynmo::v1::RebalanceResponse> JobMachine::Rebalance(absl::Time no
   dynmo::v1::RebalanceResponse response;
   absl::StatusOr<std::optional<Proposal>> proposal = rebalancer_.DecideNow(
       *model, layout_, roster_.shape().pipeline_size, roster_.shape().data_parallel_size,
-      response.mutable_detail());
+      PositionSpeeds(), response.mutable_detail());
   for (double s : rebalancer_.TakeDecisionLatencies()) out->decision_latency_s.push_back(s);
   if (!proposal.ok()) return proposal.status();
   if (!proposal->has_value()) return response;  // issued: false

@@ -216,6 +216,10 @@ class JobMachine {
   // slowest replica's speed, or FAILED_PRECONDITION while some (replica,
   // layer) has no sample yet.
   absl::StatusOr<core::PipelineModel> Model() const;
+  // Each active rank's speed by position, active stage index * dp +
+  // replica (DecisionInput::rank_speeds); 1 where a rank has not
+  // registered. O(ranks).
+  std::vector<double> PositionSpeeds() const;
 
   // Writes the record to the journal.
   absl::Status Persist() { return journal_->Commit(Record()); }

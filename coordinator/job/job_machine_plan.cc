@@ -63,14 +63,15 @@ void JobMachine::RunStep(const PlanStep& step, absl::Time now, JobEffects* out) 
 absl::StatusOr<dynmo::v1::Plan> JobMachine::Issue(const Decision& d,
                                                   const std::string& reason,
                                                   absl::Time now, JobEffects* out) {
+  wire::Plan issued = PlanOfDecision(d);
+  issued.job = name_;
+  issued.apply_iteration = std::max<int64_t>(rebalancer_.newest_iteration(), 0) +
+                           options_.plan_lead_iterations;
+  issued.reason = reason;
+  issued.decided_unix_nanos = absl::ToUnixNanos(now);
+  issued.commit_with_prepare = options_.in_band_commit;
   dynmo::v1::Plan plan;
-  plan.set_job(name_);
-  plan.set_apply_iteration(std::max<int64_t>(rebalancer_.newest_iteration(), 0) +
-                           options_.plan_lead_iterations);
-  SetPlanLayout(d, &plan);
-  plan.set_reason(reason);
-  plan.set_decided_unix_nanos(absl::ToUnixNanos(now));
-  plan.set_commit_with_prepare(options_.in_band_commit);
+  wire::PlanToProto(issued, &plan);
   const CoordinatorMessage prepare = protocol_.Issue(
       std::move(plan), roster_.CountParticipants(layout_.active_stages), now);
   // The epoch is durable before any rank can see it.

@@ -1,6 +1,7 @@
 #include "coordinator/job/job_record.h"
 
 #include "coordinator/job/proto_convert.h"
+#include "wire/layer_codec.h"
 
 namespace dynmo::service {
 
@@ -58,7 +59,7 @@ dynmo::v1::JobStatus MakeJobStatus(
   }
   if (model.ok()) {
     for (const core::LayerCost& c : model->layers) {
-      *st.add_layers() = LayerSampleFromCost(c);
+      *st.add_layers() = wire::LayerSampleFromCost(c);
     }
     for (const core::StageSpec& s : model->stages) {
       st.add_stage_memory_cap_bytes(s.capacity_bytes);

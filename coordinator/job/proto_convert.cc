@@ -6,30 +6,6 @@
 
 namespace dynmo::service {
 
-core::LayerCost LayerCostFromSample(const dynmo::v1::LayerSample& sample) {
-  core::LayerCost c;
-  c.id = sample.layer();
-  c.fwd_s = sample.fwd_s();
-  c.bwd_s = sample.bwd_s();
-  c.wgrad_s = sample.wgrad_s();
-  c.params = sample.params();
-  c.resident_bytes = sample.resident_bytes();
-  c.activation_bytes = sample.activation_bytes();
-  return c;
-}
-
-dynmo::v1::LayerSample LayerSampleFromCost(const core::LayerCost& cost) {
-  dynmo::v1::LayerSample l;
-  l.set_layer(cost.id);
-  l.set_fwd_s(cost.fwd_s);
-  l.set_bwd_s(cost.bwd_s);
-  l.set_wgrad_s(cost.wgrad_s);
-  l.set_params(cost.params);
-  l.set_resident_bytes(cost.resident_bytes);
-  l.set_activation_bytes(cost.activation_bytes);
-  return l;
-}
-
 absl::StatusOr<Policy> PolicyFromProto(const dynmo::v1::Policy& proto,
                                        const Policy& base) {
   Policy p = base;

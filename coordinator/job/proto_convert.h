@@ -1,9 +1,6 @@
-// The wire messages (dynmo.v1) to and from the plain structs of the decision
-// core and of policy.h, in one place: a rank's LayerSample and the core's
-// LayerCost, the operator's Policy message and Policy. The Plan's layout from
-// a Decision is plan_convert.h (the trainer's tests read it back). Messages
-// come in already validated (validation.h) except where a function says it
-// checks. Pure; thread-safe.
+// The operator's Policy message to and from policy.h's Policy. (Layer
+// samples and plans go through the one wire codec, wire/; a Decision
+// becomes a wire::Plan in plan_convert.h.) Pure; thread-safe.
 #ifndef DYNMO_COORDINATOR_JOB_PROTO_CONVERT_H_
 #define DYNMO_COORDINATOR_JOB_PROTO_CONVERT_H_
 
@@ -15,11 +12,6 @@
 #include "dynmo/v1/plan.pb.h"
 
 namespace dynmo::service {
-
-// One measured layer as the core's LayerCost (id = the sample's layer).
-core::LayerCost LayerCostFromSample(const dynmo::v1::LayerSample& sample);
-// The reverse, for JobStatus.
-dynmo::v1::LayerSample LayerSampleFromCost(const core::LayerCost& cost);
 
 // Parses and checks an operator policy. Empty balancer / trigger fields keep
 // the values of `base`. Errors: INVALID_ARGUMENT naming the field.

@@ -75,7 +75,8 @@ std::optional<Proposal> Rebalancer::Consider(const RebalanceContext& context) {
   last_decision_iteration_ = newest_iteration_;
   model_changed_ = false;
   absl::StatusOr<Decision> d =
-      Decide(context.model, context.layout, context.full_stages, context.data_parallel);
+      Decide(context.model, context.layout, context.full_stages, context.data_parallel,
+             context.rank_speeds);
   if (!d.ok()) {
     note_ = absl::StrCat("decision failed: ", d.status().message());
     return std::nullopt;
@@ -116,7 +117,8 @@ bool Rebalancer::AutoGatePasses(const RebalanceContext& context,
 
 absl::StatusOr<Decision> Rebalancer::Decide(const core::PipelineModel& model,
                                             const JobLayout& layout,
-                                            int full_stages, int data_parallel) {
+                                            int full_stages, int data_parallel,
+                                            const std::vector<double>& rank_speeds) {
   const auto start = std::chrono::steady_clock::now();
   DecisionInput in;
   in.model = model;
@@ -128,6 +130,7 @@ absl::StatusOr<Decision> Rebalancer::Decide(const core::PipelineModel& model,
   in.microbatches = layout.microbatches;
   in.schedule = layout.schedule;
   in.data_parallel_spec = auto_options_.data_parallel;
+  in.rank_speeds = rank_speeds;
   absl::StatusOr<Decision> d = service::Decide(in);
   latencies_s_.push_back(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
@@ -136,8 +139,8 @@ absl::StatusOr<Decision> Rebalancer::Decide(const core::PipelineModel& model,
 
 absl::StatusOr<std::optional<Proposal>> Rebalancer::DecideNow(
     const core::PipelineModel& model, const JobLayout& layout, int full_stages,
-    int data_parallel, std::string* detail) {
-  absl::StatusOr<Decision> d = Decide(model, layout, full_stages, data_parallel);
+    int data_parallel, const std::vector<double>& rank_speeds, std::string* detail) {
+  absl::StatusOr<Decision> d = Decide(model, layout, full_stages, data_parallel, rank_speeds);
   if (!d.ok()) return d.status();
   if (!d->changes_layout) {
     *detail = absl::StrCat("layout already optimal for balancer ",

@@ -38,6 +38,8 @@ struct RebalanceContext {
   bool all_connected;                // every active rank has a session
   // Every active rank reported model_changed_iteration() or later.
   bool changed_costs_complete;
+  // Each active rank's speed by position (DecisionInput::rank_speeds).
+  std::vector<double> rank_speeds = {};
 };
 
 // A decision to issue, with the plan's reason.
@@ -84,7 +86,8 @@ class Rebalancer {
   // when the layout is already optimal, which `*detail` then says.
   absl::StatusOr<std::optional<Proposal>> DecideNow(
       const core::PipelineModel& model, const JobLayout& layout,
-      int full_stages, int data_parallel, std::string* detail);
+      int full_stages, int data_parallel, const std::vector<double>& rank_speeds,
+      std::string* detail);
   // A plan was issued: the auto trigger's cool-down starts.
   void OnPlanIssued();
   // The wall time of each balancer run since the last call, in seconds.
@@ -98,7 +101,7 @@ class Rebalancer {
   // The policy's balancer, timed for the metrics.
   absl::StatusOr<Decision> Decide(const core::PipelineModel& model,
                                   const JobLayout& layout, int full_stages,
-                                  int data_parallel);
+                                  int data_parallel, const std::vector<double>& rank_speeds);
   bool AutoGatePasses(const RebalanceContext& context, const Decision& d);
 
   Policy policy_;

@@ -16,6 +16,7 @@
 #include "agent/operator_client.h"
 #include "pybind11/stl.h"
 #include "python/src/status_error.h"
+#include "wire/plan_codec.h"
 
 namespace dynmo::python {
 namespace {
@@ -36,47 +37,45 @@ absl::Duration Seconds(double s, const char* what) {
   return absl::Seconds(s);
 }
 
-py::dict PlanToDict(const dynmo::v1::Plan& p) {
+py::dict PlanToDict(const wire::Plan& p) {
   py::list migrations;
-  for (const auto& m : p.migrations()) {
+  for (const core::LayerMigration& m : p.migrations) {
     py::dict d;
-    d["layer"] = m.layer();
-    d["from_stage"] = m.from_stage();
-    d["to_stage"] = m.to_stage();
-    d["bytes"] = m.bytes();
-    d["round"] = m.round();
+    d["layer"] = m.layer;
+    d["from_stage"] = m.from_stage;
+    d["to_stage"] = m.to_stage;
+    d["bytes"] = m.bytes;
+    d["round"] = m.round;
     migrations.append(d);
   }
   py::list split;
-  for (const auto& c : p.split()) {
+  for (const core::CommSplit& c : p.split) {
     py::dict d;
-    d["stage"] = c.stage();
-    d["color"] = c.color();
-    d["key"] = c.key();
+    d["stage"] = c.stage;
+    d["color"] = c.color;
+    d["key"] = c.key;
     split.append(d);
   }
   py::dict d;
-  d["job"] = p.job();
-  d["epoch"] = p.epoch();
-  d["apply_iteration"] = p.apply_iteration();
-  d["boundaries"] = std::vector<int>(p.boundaries().begin(), p.boundaries().end());
-  d["active_stages"] =
-      std::vector<int>(p.active_stages().begin(), p.active_stages().end());
-  d["released_stages"] =
-      std::vector<int>(p.released_stages().begin(), p.released_stages().end());
+  d["job"] = p.job;
+  d["epoch"] = p.epoch;
+  d["apply_iteration"] = p.apply_iteration;
+  d["boundaries"] = p.boundaries;
+  d["active_stages"] = p.active_stages;
+  d["released_stages"] = p.released_stages;
   d["migrations"] = migrations;
   d["split"] = split;
-  d["migration_bytes"] = p.migration_bytes();
-  d["predicted_bottleneck_s"] = p.predicted_bottleneck_s();
-  d["previous_bottleneck_s"] = p.previous_bottleneck_s();
-  d["reason"] = p.reason();
-  d["decided_unix_nanos"] = p.decided_unix_nanos();
-  d["commit_with_prepare"] = p.commit_with_prepare();
-  if (p.has_reshape()) {
+  d["migration_bytes"] = p.migration_bytes;
+  d["predicted_bottleneck_s"] = p.predicted_bottleneck_s;
+  d["previous_bottleneck_s"] = p.previous_bottleneck_s;
+  d["reason"] = p.reason;
+  d["decided_unix_nanos"] = p.decided_unix_nanos;
+  d["commit_with_prepare"] = p.commit_with_prepare;
+  if (p.reshape) {
     py::dict r;
-    r["pipeline_size"] = p.reshape().pipeline_size();
-    r["data_parallel_size"] = p.reshape().data_parallel_size();
-    r["copy_bytes"] = p.reshape().copy_bytes();
+    r["pipeline_size"] = p.reshape->pipeline_size;
+    r["data_parallel_size"] = p.reshape->data_parallel_size;
+    r["copy_bytes"] = p.reshape->copy_bytes;
     d["reshape"] = r;
   } else {
     d["reshape"] = py::none();
@@ -84,7 +83,7 @@ py::dict PlanToDict(const dynmo::v1::Plan& p) {
   return d;
 }
 
-py::object OptionalPlan(std::optional<dynmo::v1::Plan> plan) {
+py::object OptionalPlan(std::optional<wire::Plan> plan) {
   if (!plan) return py::none();
   return PlanToDict(*plan);
 }
@@ -249,7 +248,7 @@ void BindAgent(py::module_& m) {
       .def(
           "plan_to_apply_at",
           [](Agent& a, int64_t iteration) {
-            std::optional<dynmo::v1::Plan> plan;
+            std::optional<wire::Plan> plan;
             {
               py::gil_scoped_release release;
               plan = a.PlanToApplyAt(iteration);
@@ -260,7 +259,7 @@ void BindAgent(py::module_& m) {
       .def(
           "latest_committed_plan",
           [](const Agent& a) {
-            std::optional<dynmo::v1::Plan> plan;
+            std::optional<wire::Plan> plan;
             {
               py::gil_scoped_release release;
               plan = a.LatestCommittedPlan();

@@ -147,7 +147,7 @@ TEST_F(AgentProtocolTest, DuplicatesAreReackedAndAppliedOnce) {
   EXPECT_FALSE(agent_->PlanToApplyAt(9).has_value());
   auto plan = agent_->PlanToApplyAt(10);
   ASSERT_TRUE(plan.has_value());
-  EXPECT_EQ(plan->epoch(), 2u);
+  EXPECT_EQ(plan->epoch, 2u);
   ASSERT_TRUE(agent_->Acknowledge(2, true).ok());
   EXPECT_EQ(agent_->stats().applied_epoch, 2u);
   EXPECT_EQ(agent_->stats().boundaries, (std::vector<int>{0, 3, 8}));
@@ -160,7 +160,7 @@ TEST_F(AgentProtocolTest, DuplicatesAreReackedAndAppliedOnce) {
   EXPECT_EQ(acks[3].state(), PlanAck::APPLIED) << "re-acked, not re-applied";
   EXPECT_EQ(agent_->stats().plans_applied, 1);
   EXPECT_FALSE(agent_->Acknowledge(2, true).ok());
-  EXPECT_EQ(agent_->LatestCommittedPlan()->epoch(), 2u);
+  EXPECT_EQ(agent_->LatestCommittedPlan()->epoch, 2u);
 }
 
 TEST_F(AgentProtocolTest, UncommittedPlanIsFailedAtItsApplyIteration) {

@@ -72,7 +72,7 @@ IterationSample Sample(int64_t iteration, const std::vector<int>& b, int stage) 
 struct AnyRank {
   Agent* agent = nullptr;
   HostedRank* hosted = nullptr;
-  std::optional<dynmo::v1::Plan> Due(int64_t k) {
+  std::optional<wire::Plan> Due(int64_t k) {
     return agent ? agent->PlanToApplyAt(k) : hosted->PlanToApplyAt(k);
   }
   absl::Status Ack(uint64_t e, bool all) {
@@ -90,16 +90,16 @@ std::map<uint64_t, std::set<int64_t>> TrainUntilApplied(
     std::vector<AnyRank>& ranks, std::vector<int>* b) {
   std::map<uint64_t, std::set<int64_t>> applied_at;
   for (int64_t k = 0; k < 300 && applied_at.empty(); ++k) {
-    std::vector<std::optional<dynmo::v1::Plan>> due;
+    std::vector<std::optional<wire::Plan>> due;
     for (auto& r : ranks) due.push_back(r.Due(k));
     bool all = true;
-    for (auto& d : due) all = all && d && d->epoch() == due[0]->epoch();
+    for (auto& d : due) all = all && d && d->epoch == due[0]->epoch;
     for (size_t r = 0; r < ranks.size(); ++r) {
       if (!due[r]) continue;
-      EXPECT_TRUE(ranks[r].Ack(due[r]->epoch(), all).ok());
-      if (all) applied_at[due[r]->epoch()].insert(k);
+      EXPECT_TRUE(ranks[r].Ack(due[r]->epoch, all).ok());
+      if (all) applied_at[due[r]->epoch].insert(k);
     }
-    if (all) b->assign(due[0]->boundaries().begin(), due[0]->boundaries().end());
+    if (all) b->assign(due[0]->boundaries.begin(), due[0]->boundaries.end());
     for (size_t r = 0; r < ranks.size(); ++r) {
       EXPECT_TRUE(ranks[r].Report(Sample(k, *b, static_cast<int>(r) % kStages)).ok());
     }

@@ -70,18 +70,18 @@ TEST_P(LoopbackCommitTest, EightAgentsApplyTheSamePlanAtTheSameIteration) {
   std::vector<int> active = {0, 1, 2, 3, 4, 5, 6, 7};
   std::map<uint64_t, std::set<int64_t>> applied_at;  // epoch -> iterations
   for (int64_t k = 0; k < 300 && applied_at.empty(); ++k) {
-    std::vector<std::optional<dynmo::v1::Plan>> due;
+    std::vector<std::optional<wire::Plan>> due;
     for (auto& a : agents) due.push_back(a->PlanToApplyAt(k));
     bool all = true;
-    for (auto& d : due) all = all && d && d->epoch() == due[0]->epoch();
+    for (auto& d : due) all = all && d && d->epoch == due[0]->epoch;
     for (int r = 0; r < kRanks; ++r) {
       if (due[r]) {
-        ASSERT_TRUE(agents[r]->Acknowledge(due[r]->epoch(), all).ok());
-        if (all) applied_at[due[r]->epoch()].insert(k);
+        ASSERT_TRUE(agents[r]->Acknowledge(due[r]->epoch, all).ok());
+        if (all) applied_at[due[r]->epoch].insert(k);
       }
     }
     if (all) {
-      b.assign(due[0]->boundaries().begin(), due[0]->boundaries().end());
+      b.assign(due[0]->boundaries.begin(), due[0]->boundaries.end());
     }
     for (int r = 0; r < kRanks; ++r) {
       ASSERT_TRUE(agents[r]->ReportIteration(Sample(k, b, active, r)).ok());

@@ -159,18 +159,18 @@ std::vector<Applied> TrainInLockStep(EmbeddedCoordinator& coord,
   const int64_t reports_before = job->Summary().reports();
   constexpr int64_t kSwitchAt = 20;
   for (int64_t k = 0; k < 45; ++k) {
-    std::vector<std::optional<dynmo::v1::Plan>> due;
+    std::vector<std::optional<wire::Plan>> due;
     for (auto& a : agents) due.push_back(a->PlanToApplyAt(k));
     bool all = true;
-    for (auto& d : due) all = all && d && d->epoch() == due[0]->epoch();
+    for (auto& d : due) all = all && d && d->epoch == due[0]->epoch;
     for (size_t r = 0; r < agents.size(); ++r) {
       if (due[r]) {
-        EXPECT_TRUE(agents[r]->Acknowledge(due[r]->epoch(), all).ok());
+        EXPECT_TRUE(agents[r]->Acknowledge(due[r]->epoch, all).ok());
       }
     }
     if (all) {
-      b.assign(due[0]->boundaries().begin(), due[0]->boundaries().end());
-      applied.emplace_back(due[0]->epoch(), k, b);
+      b.assign(due[0]->boundaries.begin(), due[0]->boundaries.end());
+      applied.emplace_back(due[0]->epoch, k, b);
     }
     for (size_t r = 0; r < agents.size(); ++r) {
       EXPECT_TRUE(agents[r]->ReportIteration(
@@ -190,7 +190,7 @@ std::vector<Applied> TrainInLockStep(EmbeddedCoordinator& coord,
       EXPECT_TRUE(Eventually([&] {
         for (auto& a : agents) {
           auto p = a->LatestCommittedPlan();
-          if (!p || p->epoch() != epoch) return false;
+          if (!p || p->epoch != epoch) return false;
         }
         return true;
       })) << "plan " << epoch << " was not committed at every rank";

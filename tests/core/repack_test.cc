@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 
 #include "coordinator/core/measures.h"
@@ -24,6 +25,84 @@ PipelineModel Model(const std::vector<double>& times, int stages,
   }
   m.stages.assign(stages, StageSpec{});
   return m;
+}
+
+TEST(RepackOptimal, TheSlowestRankIsReleasedFirstEvenInTheMiddle) {
+  // 6 equal layers on 4 stages, stage 2 at half speed. On all 4 the best
+  // bottleneck is 2 (stage 2 holds one layer: 1 / 0.5). The three fast
+  // stages reach it too (2, 2, 2), but no window of three does (each holds
+  // the slow stage: best 3), so at tolerance 0 the slow middle stage is the
+  // one released and stages 1 and 3 become neighbours.
+  PipelineModel m = Model(std::vector<double>(6, 1.0), 4);
+  m.stages[2].speed = 0.5;
+  RepackOptions o;
+  o.current = Boundaries{0, 2, 4, 5, 6};
+  auto r = RepackOptimal(m, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->active_stages, (std::vector<int>{0, 1, 3}));
+  EXPECT_EQ(r->released_stages, (std::vector<int>{2}));
+  EXPECT_EQ(r->boundaries, (Boundaries{0, 2, 4, 6}));
+  EXPECT_DOUBLE_EQ(r->bottleneck, 2.0);
+  ASSERT_EQ(r->split.size(), 4u);
+  EXPECT_EQ(r->split[0].key, 0);
+  EXPECT_EQ(r->split[1].key, 1);
+  EXPECT_EQ(r->split[2].color, kReleasedColor);
+  EXPECT_EQ(r->split[2].key, -1);
+  EXPECT_EQ(r->split[3].color, 0);
+  EXPECT_EQ(r->split[3].key, 2);
+  // Layer 4 leaves the released stage for stage 3; nothing else moves.
+  ASSERT_EQ(r->migration.migrations.size(), 1u);
+  EXPECT_EQ(r->migration.migrations[0].layer, 4);
+  EXPECT_EQ(r->migration.migrations[0].from_stage, 2);
+  EXPECT_EQ(r->migration.migrations[0].to_stage, 3);
+  // At equal speeds the same job trims an end, as before.
+  m.stages[2].speed = 1.0;
+  auto even = RepackOptimal(m, o);
+  ASSERT_TRUE(even.ok()) << even.status();
+  EXPECT_EQ(even->active_stages.size(), 3u);
+  EXPECT_TRUE(even->active_stages == (std::vector<int>{0, 1, 2}) ||
+              even->active_stages == (std::vector<int>{1, 2, 3}));
+}
+
+TEST(RepackOptimal, TheSurvivorsMatchABruteForceOverEverySubsetWithSpeeds) {
+  // Small random jobs with one or two slow ranks: the bottleneck re-packing
+  // reaches with the fewest stages is never worse than the best window of
+  // that count, and never better than the best subset of that count.
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> t(0.5, 2.0);
+  for (int trial = 0; trial < 40; ++trial) {
+    const int k = 3 + trial % 3;
+    std::vector<double> times(8);
+    for (double& x : times) x = t(rng);
+    PipelineModel m = Model(times, k);
+    m.stages[static_cast<size_t>(trial % k)].speed = 0.5;
+    if (trial % 2 == 0) m.stages[static_cast<size_t>((trial + 1) % k)].speed = 0.7;
+    RepackOptions o;
+    o.tolerance = 0.2;
+    auto r = RepackOptimal(m, o);
+    ASSERT_TRUE(r.ok()) << r.status();
+    const int count = static_cast<int>(r->active_stages.size());
+    double best_subset = 1e300, best_window = 1e300;
+    for (int mask = 1; mask < (1 << k); ++mask) {
+      if (__builtin_popcount(static_cast<unsigned>(mask)) != count) continue;
+      PipelineModel sub = m;
+      sub.stages.clear();
+      int first = -1, last = -1;
+      for (int s = 0; s < k; ++s) {
+        if (mask & (1 << s)) {
+          sub.stages.push_back(m.stages[static_cast<size_t>(s)]);
+          if (first < 0) first = s;
+          last = s;
+        }
+      }
+      auto b = OptimalBottleneck(sub);
+      ASSERT_TRUE(b.ok());
+      best_subset = std::min(best_subset, *b);
+      if (last - first + 1 == count) best_window = std::min(best_window, *b);
+    }
+    EXPECT_LE(r->bottleneck, best_window + 1e-12) << "trial " << trial;
+    EXPECT_GE(r->bottleneck, best_subset - 1e-12) << "trial " << trial;
+  }
 }
 
 TEST(RepackOptimal, AReferenceFromTheFullJobKeepsTolerancesFromCompounding) {

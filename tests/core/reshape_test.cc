@@ -171,5 +171,48 @@ TEST(Reshape, BadInputIsRefusedWithAReason) {
   EXPECT_FALSE(CostOfShape(Layers({1}), Spec(2), Grid{1, 2, {0, 1}}, 2, 1).ok());
 }
 
+TEST(CostOfShape, AGridIsPricedOnTheRanksItWouldRunOn) {
+  // 4 ranks, the last at half speed. As 2 x 2, positions 2 and 3 (the slow
+  // rank) make stage 1; stage 0 runs at full speed, so it takes twice the
+  // work: 4 of 6 equal layers (4 vs 2 / 0.5).
+  const auto layers = Layers(std::vector<double>(6, 1.0));
+  const Grid from{4, 1, {0, 2, 3, 5, 6}};
+  ShapeSpec spec = Spec(4);
+  spec.rank_speeds = {1, 1, 1, 0.5};
+  auto cost = CostOfShape(layers, spec, from, 2, 2);
+  ASSERT_TRUE(cost.ok()) << cost.status();
+  EXPECT_EQ(cost->boundaries, (Boundaries{0, 4, 6}));
+  // Priced as before, with every rank as slow as the slowest, the same grid
+  // splits evenly and is twice as slow.
+  ShapeSpec slowest = Spec(4);
+  slowest.device.speed = 0.5;
+  auto old = CostOfShape(layers, slowest, from, 2, 2);
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_EQ(old->boundaries, (Boundaries{0, 3, 6}));
+  EXPECT_LT(cost->iteration_s, old->iteration_s);
+  // As 1 x 4 the one stage holds every rank and runs at the slowest's speed:
+  // the same as pricing every rank at 0.5.
+  auto one = CostOfShape(layers, spec, from, 1, 4);
+  auto one_slow = CostOfShape(layers, slowest, from, 1, 4);
+  ASSERT_TRUE(one.ok() && one_slow.ok());
+  EXPECT_DOUBLE_EQ(one->iteration_s, one_slow->iteration_s);
+}
+
+TEST(CostOfShape, RankSpeedsOfTheWrongCountOrNotPositiveAreRefused) {
+  const auto layers = Layers(std::vector<double>(4, 1.0));
+  const Grid from{2, 1, {0, 2, 4}};
+  ShapeSpec spec = Spec(4);
+  spec.rank_speeds = {1, 1, 1};
+  auto r = CostOfShape(layers, spec, from, 1, 2);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("3 rank speeds for a grid of 2 ranks"),
+            std::string::npos);
+  EXPECT_FALSE(CostOfGrid(layers, spec, from).ok());
+  spec.rank_speeds = {1, std::nan("")};
+  EXPECT_FALSE(FeasibleShapes(layers, spec, from).ok());
+  spec.rank_speeds = {1, 0};
+  EXPECT_FALSE(CostOfGrid(layers, spec, from).ok());
+}
+
 }  // namespace
 }  // namespace dynmo::core

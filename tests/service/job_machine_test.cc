@@ -245,6 +245,57 @@ TEST_F(JobMachineTest, ARefusedBatchChangesNothing) {
   EXPECT_EQ(machine_->Summary().reports(), 0);
 }
 
+// A job of `slow.size()` one-rank stages over `layers` equal layers (an
+// even split), rank r running `slow[r]` times slower: its probe and every
+// layer it holds take that much longer. Registered, attached and fed 12
+// iterations; returns whether a rank_speed event came.
+bool FeedSlowRanks(JobMachine& m, const std::vector<double>& slow, int layers) {
+  const int n = static_cast<int>(slow.size());
+  auto reg = [&](int rank) {
+    dynmo::v1::RegisterRequest r = Reg(rank);
+    r.set_pipeline_size(n);
+    r.set_num_layers(layers);
+    return r;
+  };
+  std::vector<dynmo::v1::RegisterRequest> regs;
+  for (int r = 0; r < n; ++r) regs.push_back(reg(r));
+  std::vector<const dynmo::v1::RegisterRequest*> all;
+  for (const auto& r : regs) all.push_back(&r);
+  std::vector<dynmo::v1::RegisterResponse> responses;
+  JobEffects fx;
+  EXPECT_TRUE(m.Register(all, absl::UnixEpoch(), &responses, &fx).ok());
+  for (int r = 0; r < n; ++r) {
+    const int ranks[] = {r};
+    const std::string keys[] = {responses[r].session_key()};
+    EXPECT_TRUE(m.Attach(ranks, keys, false, std::make_shared<Sink>(), &fx).ok());
+  }
+  bool speed_event = false;
+  const int per_rank = layers / n;
+  for (int it = 0; it < 12; ++it) {
+    std::vector<dynmo::v1::IterationReport> reports(static_cast<size_t>(n));
+    std::vector<UpstreamMessage> up;
+    for (int r = 0; r < n; ++r) {
+      reports[r].set_iteration(it);
+      reports[r].set_probe_s(0.001 * slow[r]);
+      for (int l = r * per_rank; l < (r + 1) * per_rank; ++l) {
+        auto* s = reports[r].add_layers();
+        s->set_layer(l);
+        s->set_fwd_s(0.01 * slow[r]);
+        s->set_bwd_s(0.02 * slow[r]);
+      }
+      up.push_back({r, &reports[r], nullptr});
+    }
+    JobEffects step;
+    EXPECT_TRUE(m.OnUpstream(up, absl::UnixEpoch(), &step).ok());
+    for (const JobEvent& e : step.events) speed_event = speed_event || e.name == "rank_speed";
+  }
+  return speed_event;
+}
+
+std::vector<int> Ints(const google::protobuf::RepeatedField<int32_t>& f) {
+  return std::vector<int>(f.begin(), f.end());
+}
+
 // A rank at half speed: its probe takes twice as long and so does every
 // layer it holds. Priced at speed 1 its layers cost what the fast rank's
 // do, so it gets the exact split for speeds {1, 0.5}: 7 of 10 equal layers
@@ -254,43 +305,11 @@ TEST(JobMachineSpeedTest, ASlowRankGetsTheExactSplitForItsSpeed) {
   JobOptions options;
   options.default_policy.trigger = Trigger{Trigger::Kind::kManual};
   Journal journal;
-  auto reg = [](int rank) {
-    dynmo::v1::RegisterRequest r = Reg(rank);
-    r.set_num_layers(10);
-    return r;
-  };
-  JobMachine m(reg(0), options, &journal);
-  std::vector<dynmo::v1::RegisterRequest> regs = {reg(0), reg(1)};
-  std::vector<const dynmo::v1::RegisterRequest*> all = {&regs[0], &regs[1]};
-  std::vector<dynmo::v1::RegisterResponse> responses;
-  JobEffects fx;
-  ASSERT_TRUE(m.Register(all, absl::UnixEpoch(), &responses, &fx).ok());
-  for (int r = 0; r < 2; ++r) {
-    const int ranks[] = {r};
-    const std::string keys[] = {responses[r].session_key()};
-    ASSERT_TRUE(m.Attach(ranks, keys, false, std::make_shared<Sink>(), &fx).ok());
-  }
-  bool speed_event = false;
-  for (int it = 0; it < 12; ++it) {
-    std::vector<dynmo::v1::IterationReport> reports(2);
-    std::vector<UpstreamMessage> up;
-    for (int r = 0; r < 2; ++r) {
-      const double slow = r == 1 ? 2.0 : 1.0;
-      reports[r].set_iteration(it);
-      reports[r].set_probe_s(0.001 * slow);
-      for (int l = r * 5; l < (r + 1) * 5; ++l) {
-        auto* s = reports[r].add_layers();
-        s->set_layer(l);
-        s->set_fwd_s(0.01 * slow);
-        s->set_bwd_s(0.02 * slow);
-      }
-      up.push_back({r, &reports[r], nullptr});
-    }
-    JobEffects step;
-    ASSERT_TRUE(m.OnUpstream(up, absl::UnixEpoch(), &step).ok());
-    for (const JobEvent& e : step.events) speed_event = speed_event || e.name == "rank_speed";
-  }
-  EXPECT_TRUE(speed_event);
+  dynmo::v1::RegisterRequest first = Reg(0);
+  first.set_pipeline_size(2);
+  first.set_num_layers(10);
+  JobMachine m(first, options, &journal);
+  EXPECT_TRUE(FeedSlowRanks(m, {1.0, 2.0}, 10));
   EXPECT_NEAR(m.speeds().speed(1), 0.5, 1e-9);
   const dynmo::v1::JobStatus status = m.Status();
   ASSERT_EQ(status.rank_speed_size(), 2);
@@ -299,8 +318,32 @@ TEST(JobMachineSpeedTest, ASlowRankGetsTheExactSplitForItsSpeed) {
   auto r = m.Rebalance(absl::UnixEpoch(), &decide);
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_TRUE(r->issued()) << r->detail();
-  EXPECT_EQ(std::vector<int>(r->plan().boundaries().begin(), r->plan().boundaries().end()),
-            (std::vector<int>{0, 7, 10}));
+  EXPECT_EQ(Ints(r->plan().boundaries()), (std::vector<int>{0, 7, 10}));
+}
+
+// Re-packing releases the slowest rank first, even in the middle of the
+// pipeline: 3 stages over 6 layers, the middle one at half speed. On all
+// three the best bottleneck is 3 layers' worth (3, 1, 2: the slow stage's
+// one layer costs 2); the two fast stages reach it alone (3, 3), no pair of
+// neighbours does (4, 1 slow = 4), so at tolerance 0 stage 1 is released
+// and stages 0 and 2 become neighbours.
+TEST(JobMachineSpeedTest, RepackingReleasesTheSlowRankFirst) {
+  JobOptions options;
+  options.default_policy.trigger = Trigger{Trigger::Kind::kManual};
+  options.default_policy.repack = true;
+  Journal journal;
+  dynmo::v1::RegisterRequest first = Reg(0);
+  first.set_pipeline_size(3);
+  first.set_num_layers(6);
+  JobMachine m(first, options, &journal);
+  EXPECT_TRUE(FeedSlowRanks(m, {1.0, 2.0, 1.0}, 6));
+  JobEffects decide;
+  auto r = m.Rebalance(absl::UnixEpoch(), &decide);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->issued()) << r->detail();
+  EXPECT_EQ(Ints(r->plan().active_stages()), (std::vector<int>{0, 2}));
+  EXPECT_EQ(Ints(r->plan().released_stages()), (std::vector<int>{1}));
+  EXPECT_EQ(Ints(r->plan().boundaries()), (std::vector<int>{0, 3, 6}));
 }
 
 TEST(JobMachineSpeedTest, AProbeThatIsNotFiniteIsRefused) {

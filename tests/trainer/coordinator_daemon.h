@@ -140,6 +140,8 @@ class CoordinatorDaemon {
                         " ", args);
   }
   const std::string& address() const { return address_; }
+  // The running daemon's process id (-1 when stopped).
+  pid_t pid() const { return pid_; }
 
  private:
   std::string address_;

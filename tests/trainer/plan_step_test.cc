@@ -1,6 +1,7 @@
 // What a rank executes is what the coordinator decided: a Decision made by
 // the coordinator's own code (service::Decide) is put into a Plan message as
-// the coordinator sends it (service::SetPlanLayout), read back by the
+// the coordinator sends it (service::PlanOfDecision, wire::PlanToProto),
+// read back as the agent hands it over (wire::PlanFromProto) by the
 // trainer (ExecutionForPlan), and the moves the rank will run are compared
 // with the coordinator's list, move by move and round by round; plans whose
 // moves or split disagree with their layout are refused.
@@ -47,7 +48,7 @@ Decided Decide(const core::PipelineModel& model, std::vector<int> active,
   absl::StatusOr<service::Decision> d = service::Decide(in);
   EXPECT_TRUE(d.ok()) << d.status();
   Decided out{*d, {}};
-  service::SetPlanLayout(out.decision, &out.plan);
+  wire::PlanToProto(service::PlanOfDecision(out.decision), &out.plan);
   return out;
 }
 
@@ -74,7 +75,8 @@ TEST(PlanStepTest, ARebalanceExecutesTheCoordinatorsMovesInTheirRounds) {
   ASSERT_TRUE(p.decision.changes_layout);
   ASSERT_GE(p.decision.migrations.size(), 2u);
   absl::StatusOr<PlanExecution> e =
-      ExecutionForPlan(p.plan, InitialLayout(4, {0, 2, 4, 6, 8}), 8, 2, m.layers);
+      ExecutionForPlan(wire::PlanFromProto(p.plan), InitialLayout(4, {0, 2, 4, 6, 8}), 8, 2,
+                       m.layers);
   ASSERT_TRUE(e.ok()) << e.status();
   EXPECT_EQ(e->step.to.boundaries, p.decision.boundaries);
   ExpectSameMoves(p.decision, {0, 1, 2, 3}, e->moves);
@@ -89,7 +91,8 @@ TEST(PlanStepTest, ARepackExecutesTheMovesAndTheSplitAsSent) {
   current.boundaries = {0, 2, 4, 6};
   const Decided p = Decide(m, {1, 2, 3}, {0, 2, 4, 6}, true);
   ASSERT_FALSE(p.decision.released_stages.empty());
-  absl::StatusOr<PlanExecution> e = ExecutionForPlan(p.plan, current, 6, 1, m.layers);
+  absl::StatusOr<PlanExecution> e =
+      ExecutionForPlan(wire::PlanFromProto(p.plan), current, 6, 1, m.layers);
   ASSERT_TRUE(e.ok()) << e.status();
   EXPECT_EQ(e->step.to.active_stages, p.decision.active_stages);
   ExpectSameMoves(p.decision, current.active_stages, e->moves);
@@ -108,9 +111,12 @@ TEST(PlanStepTest, MovesThatDoNotCarryTheLayoutAreRefused) {
   const StageLayout current = InitialLayout(4, {0, 2, 4, 6, 8});
   ASSERT_GE(p.plan.migrations_size(), 2);
   auto refused = [&](const dynmo::v1::Plan& plan, const std::string& why) {
-    absl::StatusOr<PlanExecution> e = ExecutionForPlan(plan, current, 8, 1, m.layers);
+    absl::StatusOr<PlanExecution> e =
+        ExecutionForPlan(wire::PlanFromProto(plan), current, 8, 1, m.layers);
     EXPECT_FALSE(e.ok()) << why;
-    if (!e.ok()) EXPECT_FALSE(e.status().message().empty());
+    if (!e.ok()) {
+      EXPECT_FALSE(e.status().message().empty());
+    }
   };
   dynmo::v1::Plan wrong_target = p.plan;
   wrong_target.mutable_migrations(0)->set_to_stage(
@@ -152,7 +158,8 @@ TEST(PlanStepTest, APlanWithoutAMigrationListGetsTheDerivedMoves) {
   Decided p = Decide(m, {0, 1, 2, 3}, {0, 2, 4, 6, 8}, false);
   p.plan.clear_migrations();
   absl::StatusOr<PlanExecution> e =
-      ExecutionForPlan(p.plan, InitialLayout(4, {0, 2, 4, 6, 8}), 8, 1, m.layers);
+      ExecutionForPlan(wire::PlanFromProto(p.plan), InitialLayout(4, {0, 2, 4, 6, 8}), 8, 1,
+                       m.layers);
   ASSERT_TRUE(e.ok()) << e.status();
   ExpectSameMoves(p.decision, {0, 1, 2, 3}, e->moves);
 }
@@ -175,7 +182,8 @@ TEST(PlanStepTest, AReshapingPlanRegroupsARePackedJob) {
   // ranks become one stage of four replicas.
   const StageLayout current{{1, 2}, {0, 4, 8}};
   absl::StatusOr<ReshapeStep> step =
-      ReshapeForPlan(ReshapePlan(1, 4, {0, 8}), current, /*dp=*/2, /*microbatches=*/4, 8);
+      ReshapeForPlan(wire::PlanFromProto(ReshapePlan(1, 4, {0, 8})), current, /*dp=*/2,
+                     /*microbatches=*/4, 8);
   ASSERT_TRUE(step.ok()) << step.status();
   EXPECT_EQ(step->to_pp(), 1);
   EXPECT_EQ(step->to_dp, 4);
@@ -186,11 +194,12 @@ TEST(PlanStepTest, AReshapingPlanRegroupsARePackedJob) {
 TEST(PlanStepTest, AReshapingPlanOutsideTheContractIsRefused) {
   const StageLayout current = InitialLayout(4, {0, 2, 4, 6, 8});
   auto refused = [&](const dynmo::v1::Plan& plan, const std::string& why) {
-    absl::StatusOr<ReshapeStep> step = ReshapeForPlan(plan, current, 1, 4, 8);
+    absl::StatusOr<ReshapeStep> step = ReshapeForPlan(wire::PlanFromProto(plan), current, 1, 4, 8);
     EXPECT_EQ(step.status().code(), absl::StatusCode::kInvalidArgument) << why;
     return std::string(step.status().message());
   };
-  EXPECT_TRUE(ReshapeForPlan(ReshapePlan(2, 2, {0, 4, 8}), current, 1, 4, 8).ok());
+  EXPECT_TRUE(
+      ReshapeForPlan(wire::PlanFromProto(ReshapePlan(2, 2, {0, 4, 8})), current, 1, 4, 8).ok());
   EXPECT_NE(refused(ReshapePlan(2, 1, {0, 4, 8}), "too few ranks").find("needs 2 ranks"),
             std::string::npos);
   EXPECT_NE(refused(ReshapePlan(2, 2, {0, 4, 6, 8}), "boundaries over 3").find("boundaries"),
@@ -206,7 +215,7 @@ TEST(PlanStepTest, AReshapingPlanOutsideTheContractIsRefused) {
   moving.add_migrations()->set_layer(2);
   refused(moving, "a re-shape carries no moves");
   dynmo::v1::Plan uneven = ReshapePlan(1, 4, {0, 8});
-  EXPECT_NE(ReshapeForPlan(uneven, current, 1, 2, 8).status().message().find(
+  EXPECT_NE(ReshapeForPlan(wire::PlanFromProto(uneven), current, 1, 2, 8).status().message().find(
                 "does not split evenly"),
             std::string::npos);
 }

@@ -3,7 +3,9 @@
 #include <ATen/DeviceAccelerator.h>
 #include <torch/cuda.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -57,8 +59,28 @@ DeviceMemory ReadDeviceMemory(torch::Device device) {
   // Index 0 aggregates every pool (c10::CachingDeviceAllocator::StatType).
   m.allocated_bytes = stats.allocated_bytes[0].current;
   m.peak_allocated_bytes = stats.allocated_bytes[0].peak;
-  m.total_bytes = static_cast<int64_t>(at::accelerator::getMemoryInfo(device.index()).second);
+  m.reserved_bytes = stats.reserved_bytes[0].current;
+  m.peak_reserved_bytes = stats.reserved_bytes[0].peak;
+  const std::pair<size_t, size_t> info = at::accelerator::getMemoryInfo(device.index());
+  m.free_bytes = static_cast<int64_t>(info.first);
+  m.total_bytes = static_cast<int64_t>(info.second);
   return m;
+}
+
+RankMemory ReadRankMemory(torch::Device device) {
+  if (!IsCuda(device)) return RankMemory{};
+  const DeviceMemory m = ReadDeviceMemory(device);
+  const char* local = std::getenv("LOCAL_WORLD_SIZE");
+  const int local_world = local != nullptr ? std::max(1, std::atoi(local)) : 1;
+  const int sharing = RanksSharingDevice(
+      local_world, static_cast<int>(torch::cuda::device_count()), device.index());
+  return HonestRankMemory(
+      DeviceReading{m.total_bytes, m.free_bytes, m.reserved_bytes, m.peak_reserved_bytes},
+      sharing);
+}
+
+void EmptyDeviceCache(torch::Device device) {
+  if (IsCuda(device)) at::accelerator::emptyCache();
 }
 
 void ResetPeakDeviceMemory(torch::Device device) {

@@ -17,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "trainer/comm/device_share.h"
 #include "trainer/config/config.h"
 
 namespace dynmo::trainer {
@@ -34,15 +35,29 @@ torch::Device DeviceOf(const TrainerConfig& config);
 void UseDevice(torch::Device device);
 
 // Bytes of the caching allocator on `device`: what live tensors hold now,
-// the most they held since the last ResetPeakDeviceMemory, and the
-// device's total memory. All zero on cpu.
+// what the allocator reserved from the device (live + cached), the peaks
+// of both since the last ResetPeakDeviceMemory, and the device's free and
+// total memory (cudaMemGetInfo: every process and the context included).
+// All zero on cpu.
 struct DeviceMemory {
   int64_t allocated_bytes = 0;
   int64_t peak_allocated_bytes = 0;
+  int64_t reserved_bytes = 0;
+  int64_t peak_reserved_bytes = 0;
+  int64_t free_bytes = 0;
   int64_t total_bytes = 0;
 };
 DeviceMemory ReadDeviceMemory(torch::Device device);
 void ResetPeakDeviceMemory(torch::Device device);
+
+// used / capacity as device_share.h computes them for this rank (the local
+// ranks sharing `device` from LOCAL_WORLD_SIZE and the visible devices).
+// Zero on cpu.
+RankMemory ReadRankMemory(torch::Device device);
+
+// Returns the caching allocator's unused blocks to the device (a released
+// rank does this before it serves or exits). No-op on cpu.
+void EmptyDeviceCache(torch::Device device);
 
 // Waits until every kernel queued on `device` has finished (no-op on cpu).
 void SynchronizeDevice(torch::Device device);

@@ -193,6 +193,7 @@ class NcclDouble : public c10d::Backend {
     for (auto& [peer, list] : mine) {
       std::vector<at::Tensor> out = {
           at::from_blob(list.data(), {static_cast<int64_t>(list.size())}, at::kLong)};
+      // host-sync(cpu): the CPU test double of NCCL (Gloo underneath)
       std::vector<at::Tensor> in = {at::empty({counts[peer].item<int64_t>()}, at::kLong)};
       pending.push_back(carrier_->send(out, peer, kListTag));
       pending.push_back(carrier_->recv(in, peer, kListTag));

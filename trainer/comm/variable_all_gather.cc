@@ -16,6 +16,7 @@ absl::StatusOr<std::vector<torch::Tensor>> AllGatherVariable(Transport& transpor
   std::vector<torch::Tensor> lengths;
   if (absl::Status s = transport.AllGatherWorld(length, lengths); !s.ok()) return s;
   int64_t longest = 0;
+  // host-sync(event): pruning: the gathered lengths size the padded all-gather
   for (const torch::Tensor& l : lengths) longest = std::max(longest, l.item<int64_t>());
   torch::Tensor padded = torch::zeros({std::max<int64_t>(longest, 1)}, local.options());
   if (local.numel() > 0) padded.narrow(0, 0, local.numel()).copy_(local);
@@ -24,6 +25,7 @@ absl::StatusOr<std::vector<torch::Tensor>> AllGatherVariable(Transport& transpor
   std::vector<torch::Tensor> out;
   out.reserve(gathered.size());
   for (size_t r = 0; r < gathered.size(); ++r) {
+    // host-sync(event): pruning: each rank's length trims its gathered slice
     out.push_back(gathered[r].narrow(0, 0, lengths[r].item<int64_t>()).clone());
   }
   return out;

@@ -81,6 +81,8 @@ absl::Status Freezing::Check(int64_t iter, StageView& stage) {
     torch::Tensor now = FlatParameters(owned);
     auto ref = reference_.find(id);
     if (ref != reference_.end()) {
+      // host-sync(event): at a freezing check (every few iterations, per candidate layer): how
+      //   far its weights moved
       const double base = ref->second.norm().item<double>();
       const double moved = (now - ref->second).norm().item<double>();
       v[id] = base > 0 ? moved / base : 0.0;

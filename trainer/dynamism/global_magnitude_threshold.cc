@@ -30,18 +30,21 @@ absl::StatusOr<GlobalThresholdResult> GlobalKeepThreshold(Transport& transport,
   if (valid) {
     mags = magnitudes.contiguous();
     // NaN fails (x >= 0) as well as negatives do.
+    // host-sync(event): a pruning step: input check of the magnitudes
     valid = mags.numel() == 0 || mags.ge(0).all().item<bool>();
   }
   torch::Tensor head = torch::zeros({2}, torch::kLong);
   head[0] = valid ? 0 : 1;
   head[1] = valid ? mags.numel() : 0;
   if (absl::Status s = transport.AllReduceSumWorld(head); !s.ok()) return s;
+  // host-sync(event): a pruning step: the world-wide counts after their all-reduce
   if (head[0].item<int64_t>() > 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         head[0].item<int64_t>(),
         " rank(s) passed magnitudes that are not a 1-D float tensor of values >= 0"));
   }
   GlobalThresholdResult result;
+  // host-sync(event): a pruning step: the world-wide count
   result.total = head[1].item<int64_t>();
   if (keep >= result.total) {
     result.threshold = 0;
@@ -98,6 +101,7 @@ absl::StatusOr<GlobalThresholdResult> GlobalKeepThreshold(Transport& transport,
     return absl::InternalError("global threshold: fewer candidates than counted");
   }
   torch::Tensor sorted = std::get<0>(candidates.sort(/*dim=*/0, /*descending=*/true));
+  // host-sync(event): a pruning step: the threshold itself
   result.threshold = sorted[need - 1].item<float>();
   return result;
 }

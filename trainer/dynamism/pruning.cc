@@ -36,6 +36,7 @@ absl::StatusOr<GlobalPruneResult> PruneGlobally(StageView& stage, double sparsit
     }
   }
   if (absl::Status s = stage.transport.AllReduceSumWorld(counts); !s.ok()) return s;
+  // host-sync(event): a pruning step: the world-wide parameter counts
   r.prunable = counts[0].item<int64_t>();
   const int64_t stored = counts[1].item<int64_t>();
   r.keep = std::llround(static_cast<double>(r.prunable) * (1.0 - sparsity));
@@ -58,6 +59,7 @@ absl::StatusOr<GlobalPruneResult> PruneGlobally(StageView& stage, double sparsit
     // (negative) is untimed on all and its sum stays negative.
     torch::Tensor v = torch::tensor({t->masked, t->csr, t->torch_csr}, torch::kDouble);
     if (absl::Status s = stage.transport.AllReduceSumDataParallel(v); !s.ok()) return s;
+    // host-sync(cpu): a double tensor built on the CPU and all-reduced there (the form timings)
     t->masked = v[0].item<double>();
     t->csr = v[1].item<double>();
     t->torch_csr = v[2].item<double>();

@@ -79,9 +79,9 @@ class AgentPlanSource : public PlanSource {
 
   absl::StatusOr<std::optional<LayoutChange>> Due(int64_t iter, const StageLayout& layout,
                                                   Transport& transport) override {
-    std::optional<dynmo::v1::Plan> due = agent_->PlanToApplyAt(iter);
+    std::optional<wire::Plan> due = agent_->PlanToApplyAt(iter);
     torch::Tensor t = torch::zeros({3}, torch::kDouble);
-    const double e = due ? static_cast<double>(due->epoch()) : 0;
+    const double e = due ? static_cast<double>(due->epoch) : 0;
     {
       auto v = t.accessor<double, 1>();
       v[0] = due ? 1 : 0;
@@ -94,26 +94,26 @@ class AgentPlanSource : public PlanSource {
     const double w = transport.world_size();
     auto fail = [&](const std::string& why) -> std::optional<LayoutChange> {
       std::cerr << "dynmo-train: rank " << transport.rank() << ": plan epoch "
-                << due->epoch() << " not applied at iteration " << iter << ": " << why
+                << due->epoch << " not applied at iteration " << iter << ": " << why
                 << std::endl;
-      (void)agent_->Acknowledge(due->epoch(), false, why);
+      (void)agent_->Acknowledge(due->epoch, false, why);
       return std::nullopt;
     };
     if (v[0] != w || v[1] != w * e || v[2] != w * e * e) {
       return fail(absl::StrCat("in-band agreement failed: ", static_cast<int>(v[0]),
                                " of ", static_cast<int>(w), " ranks hold epoch ",
-                               due->epoch()));
+                               due->epoch));
     }
     // Deterministic checks on a plan every rank holds: all decide alike.
-    if (due->has_reshape()) {
+    if (due->reshape.has_value()) {
       absl::StatusOr<ReshapeStep> step = ReshapeForPlan(*due, layout, config_.dp,
                                                         config_.microbatches, num_layers_);
       if (!step.ok()) return fail(std::string(step.status().message()));
       plan_ = *std::move(due);
       LayoutChange change;
       change.reshape = *std::move(step);
-      change.epoch = plan_.epoch();
-      change.by = absl::StrCat("plan epoch ", plan_.epoch());
+      change.epoch = plan_.epoch;
+      change.by = absl::StrCat("plan epoch ", plan_.epoch);
       return change;
     }
     absl::StatusOr<PlanExecution> execution =
@@ -121,29 +121,29 @@ class AgentPlanSource : public PlanSource {
     if (!execution.ok()) return fail(std::string(execution.status().message()));
     plan_ = *std::move(due);
     return LayoutChange{std::move(execution->step), std::move(execution->moves),
-                        std::nullopt, plan_.epoch(),
-                        absl::StrCat("plan epoch ", plan_.epoch())};
+                        std::nullopt, plan_.epoch,
+                        absl::StrCat("plan epoch ", plan_.epoch)};
   }
 
   void Applied(int64_t iter, const LayoutChange& change, bool announce) override {
     const RepackStep& step = change.step;
     if (announce && !change.reshape) {
       std::cout << "dynmo-train: iteration " << iter << ": applied plan epoch "
-                << plan_.epoch() << " (" << plan_.reason() << "), boundaries "
+                << plan_.epoch << " (" << plan_.reason << "), boundaries "
                 << absl::StrJoin(step.from.boundaries, ",") << " -> "
                 << absl::StrJoin(step.to.boundaries, ",");
       if (step.releases()) {
         std::cout << ", stages " << absl::StrJoin(step.from.active_stages, ",") << " -> "
                   << absl::StrJoin(step.to.active_stages, ",") << " (re-packed: released "
-                  << absl::StrJoin(plan_.released_stages(), ",") << ")";
+                  << absl::StrJoin(plan_.released_stages, ",") << ")";
       }
       std::cout << std::endl;
     }
-    (void)agent_->Acknowledge(plan_.epoch(), true);
+    (void)agent_->Acknowledge(plan_.epoch, true);
   }
 
   void Failed(const LayoutChange&, const absl::Status& why) override {
-    (void)agent_->Acknowledge(plan_.epoch(), false, std::string(why.message()));
+    (void)agent_->Acknowledge(plan_.epoch, false, std::string(why.message()));
   }
 
  private:
@@ -151,7 +151,7 @@ class AgentPlanSource : public PlanSource {
   int num_layers_;
   const TrainerConfig& config_;
   const std::vector<core::LayerCost>* layer_costs_;
-  dynmo::v1::Plan plan_;  // the plan of the change last handed out
+  wire::Plan plan_;  // the plan of the change last handed out
 };
 
 }  // namespace

@@ -1,4 +1,5 @@
-// A coordinator Plan read as what every rank executes: either a re-shape of
+// A coordinator plan (wire::Plan, as the agent hands it over) read as what
+// every rank executes: either a re-shape of
 // the pp x dp grid (ReshapeForPlan, below), or the layout step (new
 // active stages and boundaries from the current layout, repack_layout.h)
 // and the layer moves exactly as the coordinator sent them — Plan.migrations
@@ -21,15 +22,15 @@
 #include "coordinator/core/cost_model.h"
 #include "coordinator/core/migration.h"
 #include "coordinator/core/repack.h"
-#include "dynmo/v1/plan.pb.h"
 #include "trainer/layout/repack_layout.h"
 #include "trainer/layout/reshape_layout.h"
+#include "wire/plan_codec.h"
 
 namespace dynmo::trainer {
 
 // The layout a plan asks for (active_stages empty: the running ones), as a
 // step from `current`. Errors are the reason to refuse the plan.
-absl::StatusOr<RepackStep> StepForPlan(const dynmo::v1::Plan& plan,
+absl::StatusOr<RepackStep> StepForPlan(const wire::Plan& plan,
                                        const StageLayout& current, int num_layers,
                                        int dp);
 
@@ -41,7 +42,7 @@ struct PlanExecution {
 // StepForPlan plus the plan's own moves, checked as above. `layer_costs`
 // (bytes per layer) is used only when the plan carries no migration list.
 absl::StatusOr<PlanExecution> ExecutionForPlan(
-    const dynmo::v1::Plan& plan, const StageLayout& current, int num_layers, int dp,
+    const wire::Plan& plan, const StageLayout& current, int num_layers, int dp,
     absl::Span<const core::LayerCost> layer_costs);
 
 // A re-shaping plan (`reshape` set, plan.proto's Reshape) as the step every
@@ -51,7 +52,7 @@ absl::StatusOr<PlanExecution> ExecutionForPlan(
 // empty), boundaries over pp', no released stage, no migration list and no
 // split (the copies follow from the grid alone), dp' dividing the global
 // micro-batches.
-absl::StatusOr<ReshapeStep> ReshapeForPlan(const dynmo::v1::Plan& plan,
+absl::StatusOr<ReshapeStep> ReshapeForPlan(const wire::Plan& plan,
                                            const StageLayout& current, int dp,
                                            int microbatches, int num_layers);
 

@@ -31,6 +31,7 @@ absl::StatusOr<std::vector<uint32_t>> CheckReplicas(const ReshapeStep& step,
   if (absl::Status s = transport.AllGatherWorld(t, all); !s.ok()) return s;
   std::vector<uint32_t> per_stage(static_cast<size_t>(step.to_pp()), 0);
   for (int p = 0; p < step.ranks(); ++p) {
+    // host-sync(event): a re-shape: the replicas' state checksums, compared once
     const uint32_t crc = static_cast<uint32_t>(all[static_cast<size_t>(p)].item<int64_t>());
     const size_t stage = static_cast<size_t>(step.stage_after[static_cast<size_t>(p)]);
     const int replica = step.replica_after[static_cast<size_t>(p)];

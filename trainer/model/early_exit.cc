@@ -77,6 +77,8 @@ torch::Tensor TokenMaskToWire(const torch::Tensor& active, int64_t b, int64_t t)
 }
 
 torch::Tensor TokenMaskFromWire(const torch::Tensor& wire) {
+  // host-sync(steady): once per micro-batch at a stage boundary: whether every token is still
+  //   active decides if a mask is applied at all (a dynamic shape downstream)
   if (wire.all().item<bool>()) return torch::Tensor();
   return wire.to(torch::kBool);
 }

@@ -48,6 +48,8 @@ int64_t PrunableLinearImpl::nnz() const {
     case Form::kTorchCsr:
       return weight.numel();
     case Form::kMasked:
+      // host-sync(event): the non-zero count, read when the model changed (a pruning step), not
+      //   per step
       return mask_.sum().item<int64_t>();
     case Form::kDense:
       break;
@@ -168,6 +170,8 @@ double BestOfThree(const std::function<void()>& f, torch::Device device) {
   f();
   double best = std::numeric_limits<double>::infinity();
   for (int i = 0; i < 3; ++i) {
+    // host-sync(event): timing the three weight forms when a pruning step picks one (a benchmark
+    //   of the layer)
     SynchronizeDevice(device);
     const auto start = std::chrono::steady_clock::now();
     f();
@@ -231,6 +235,7 @@ absl::StatusOr<PrunableLinearImpl::PruneOutcome> PrunableLinearImpl::Prune(
   if (IsCsr(form())) {
     torch::NoGradGuard no_grad;
     const torch::Tensor keep = weight.abs().ge(threshold);
+    // host-sync(event): a pruning step: the kept count and indices size the new CSR form
     const int64_t kept = keep.sum().item<int64_t>();
     if (kept == before) return outcome;
     const torch::Tensor idx = keep.nonzero().reshape({-1});
@@ -248,6 +253,7 @@ absl::StatusOr<PrunableLinearImpl::PruneOutcome> PrunableLinearImpl::Prune(
       keep = weight.abs().ge(threshold);
       if (form() == Form::kMasked) keep.logical_and_(mask_);
     }
+    // host-sync(event): a pruning step: the kept count and indices size the new weight form
     const int64_t kept = keep.sum().item<int64_t>();
     if (kept == before) return outcome;
     const double sparsity = 1.0 - static_cast<double>(kept) / static_cast<double>(dense_size());
@@ -257,6 +263,7 @@ absl::StatusOr<PrunableLinearImpl::PruneOutcome> PrunableLinearImpl::Prune(
     if (sparsity >= policy.csr_min_sparsity) {
       chosen = weight.is_cuda() ? Form::kTorchCsr : Form::kCsr;
     }
+    // host-sync(event): a pruning step: the kept indices build the new form
     const torch::Tensor idx = keep.reshape({-1}).nonzero().reshape({-1});
     if (chosen != Form::kMasked && policy.timed) {
       outcome.timings = TimeForms(keep, idx, std::max<int64_t>(policy.probe_rows, 1));

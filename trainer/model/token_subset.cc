@@ -6,6 +6,8 @@ TokenSubset SelectTokens(const torch::Tensor& chosen) {
   const int64_t b = chosen.size(0), t = chosen.size(1);
   const torch::Tensor picked = chosen.to(torch::kLong);
   TokenSubset s;
+  // host-sync(steady): per layer that runs on a token subset (MoD, early exit): the chosen tokens
+  //   and the widest row size the gathered batch (dynamic shapes)
   s.flat = chosen.reshape({-1}).nonzero().reshape({-1});
   s.batch = torch::div(s.flat, t, "floor");
   s.pos = s.flat - s.batch * t;

@@ -65,10 +65,11 @@ absl::Status IterationReporter::Gather(int64_t iter, PipelineStage& stage,
     values[at.params(l)] = static_cast<double>(nonzero_params_[i]);
     memory_used += resident[i];
   }
-  // On a GPU the caching allocator knows the truth: the iteration's peak
-  // of live tensors (every activation autograd saved included).
+  // On a GPU the device knows the truth (device_share.h): the iteration's
+  // peak reserved by the caching allocator (every activation autograd saved
+  // and the cache it keeps) plus this rank's share of the context and NCCL.
   if (device_.is_cuda()) {
-    memory_used = ReadDeviceMemory(device_).peak_allocated_bytes;
+    memory_used = ReadRankMemory(device_).used_bytes;
     ResetPeakDeviceMemory(device_);
   }
   values[at.memory(my_stage)] = static_cast<double>(memory_used);

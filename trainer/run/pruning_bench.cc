@@ -53,6 +53,7 @@ double MedianUs(const std::function<void()>& fn, int reps) {
 float KeepThreshold(const torch::Tensor& magnitudes, double sparsity) {
   const int64_t keep = std::max<int64_t>(
       1, std::llround(static_cast<double>(magnitudes.numel()) * (1.0 - sparsity)));
+  // host-sync(event): dynmo-train --pruning_bench, a benchmark outside training
   return std::get<0>(torch::topk(magnitudes, keep)).min().item<float>();
 }
 

@@ -333,7 +333,7 @@ absl::Status RunTraining(const TrainerConfig& requested, const DistEnv& env,
   const int64_t first_iter = resume ? resume->manifest.iteration : 0;
   const int64_t memory_capacity =
       config.memory_capacity_bytes > 0 ? config.memory_capacity_bytes
-      : device->is_cuda()              ? ReadDeviceMemory(*device).total_bytes
+      : device->is_cuda()              ? ReadRankMemory(*device).capacity_bytes
                                        : DefaultMemoryCapacityBytes();
 
   const int num_layers = config.model.num_pipeline_layers();
@@ -398,6 +398,9 @@ absl::Status RunTraining(const TrainerConfig& requested, const DistEnv& env,
       *boundaries = layout.boundaries;
       epoch = change.epoch ? static_cast<int64_t>(*change.epoch) : epoch + 1;
       if (*transport == nullptr) {
+        // Its layers left with the plan: give their cached blocks back
+        // before serving the coordinator or exiting.
+        EmptyDeviceCache(*device);
         return LeaveReleased(config, env, pos.stage, iter, change.by, link);
       }
     }

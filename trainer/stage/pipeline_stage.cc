@@ -106,9 +106,13 @@ torch::Tensor PipelineStage::MaskBuffer() const {
 
 torch::Tensor PipelineStage::TokensOnDevice(std::vector<int64_t>& data) const {
   // A copy on every device: `data` does not outlive the micro-batch's start.
-  return torch::from_blob(data.data(), {config_.micro_batch, config_.model.seq_len},
-                          torch::kLong)
-      .to(device_, torch::kLong, /*non_blocking=*/false, /*copy=*/true);
+  const torch::Tensor host =
+      torch::from_blob(data.data(), {config_.micro_batch, config_.model.seq_len}, torch::kLong);
+  if (!device_.is_cuda()) return host.clone();
+  // One pinned staging copy, then an upload the host does not wait for:
+  // PyTorch's pinned-memory allocator keeps the staging block until the
+  // copy on the current stream has finished.
+  return host.pin_memory().to(device_, torch::kLong, /*non_blocking=*/true, /*copy=*/true);
 }
 
 torch::Tensor PipelineStage::OutgoingMask(int mb) const {
@@ -156,6 +160,8 @@ absl::Status PipelineStage::RunIteration(int64_t iter, StageIterationStats* stat
   // One read of the device per iteration: every clock and the loss.
   clock_.Collect();
   FinishGradientSplit(stats);
+  // host-sync(steady): once per iteration: the loss for the log and the report (with the one read
+  //   of the clocks just above)
   if (is_last()) stats->loss_sum = loss_sum_.item<double>();
   if (!config_.profile_layers && !layers_.empty()) {
     // Without per-layer clocks the stage's passes are spread evenly.

@@ -19,6 +19,9 @@
 //   capacity = --memory_capacity_gb, else the machine's physical memory
 //              (sysconf) divided by the ranks on this host
 //              (LOCAL_WORLD_SIZE, else WORLD_SIZE, else 1).
+// On a GPU both come from the device instead (trainer/comm/device_share.h):
+// used = the caching allocator's reserved peak + this rank's share of the
+// context and NCCL buffers; capacity = the device / the ranks sharing it.
 #ifndef DYNMO_TRAINER_STAGE_STAGE_MEMORY_H_
 #define DYNMO_TRAINER_STAGE_STAGE_MEMORY_H_
 

@@ -404,6 +404,7 @@ absl::StatusOr<LayerState> RecvLayerState(Transport& transport, int peer,
       !s.ok()) {
     return s;
   }
+  // host-sync(event): a layer migration: the size of the state that follows
   const int64_t n = size.item<int64_t>();
   if (n <= 0 || n > (int64_t{1} << 30)) {
     return DataLoss(absl::StrCat("rank ", peer, " announced a ", n, "-byte header"));
