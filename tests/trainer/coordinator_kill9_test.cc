@@ -155,7 +155,7 @@ nlohmann::json Json(const std::string& text) {
 }
 
 TEST(CoordinatorKill9Test, KillsAtEveryStepOfThePlanProtocolAndAStopLoseNothing) {
-  constexpr int kPlanSteps = 4000;
+  constexpr int kPlanSteps = 2000;
   const JobResult reference = RunJob(2, PlanJob("none", kPlanSteps), std::chrono::seconds(420));
   ASSERT_TRUE(reference.ok()) << reference.AllLogs();
 
