@@ -58,6 +58,22 @@ def test_layer_memory_counts_params_grads_and_adamw_state():
     assert dt.layer_memory(m, opt) == (15, 60 * 3 + 8)
 
 
+def test_honest_gpu_memory_matches_the_trainers_arithmetic():
+    from dynmo.torch.memory import device_memory, honest_rank_memory, ranks_sharing_device
+    gib = 1 << 30
+    assert ranks_sharing_device(8, 8, 3) == 1
+    assert ranks_sharing_device(4, 1, 0) == 4
+    assert ranks_sharing_device(5, 2, 0) == 3
+    assert ranks_sharing_device(5, 2, 1) == 2
+    assert ranks_sharing_device(0, 0, 0) == 1
+    # The trainer's DeviceShareTest case: 80 GiB, 2 ranks, 30 reserved
+    # (peak 32) each, 8 GiB outside any allocator.
+    assert honest_rank_memory(80 * gib, 12 * gib, 30 * gib, 32 * gib, 2) == \
+        (36 * gib, 40 * gib)
+    assert honest_rank_memory(80 * gib, 70 * gib, 9 * gib, 9 * gib, 2) == (9 * gib, 40 * gib)
+    assert device_memory(torch.device("cpu")) == (0, 0)
+
+
 def test_layer_costs_are_per_micro_batch():
     m = {3: nn.Linear(2, 2)}
     timings = {3: dt.timing.LayerTiming(fwd_s=0.4, bwd_s=0.8, calls=4, activation_bytes=64)}

@@ -56,10 +56,13 @@ TEST(MoeTest, TopTwoRoutingRenormalisesGatesAndDropsFirstChoicesBeyondCapacity) 
   EXPECT_NEAR(r.gates[0][1].item<float>(), 0.3f / 0.8f, 1e-6);
   EXPECT_NEAR(r.gates[3][0].item<float>(), 0.4f / 0.7f, 1e-6);
   // Expert 0 holds two: token 2's first choice is the one dropped.
-  EXPECT_EQ(r.dropped, 1);
+  EXPECT_EQ(r.dropped.item<int64_t>(), 1);
   EXPECT_FALSE(r.kept[2][0].item<bool>());
   EXPECT_TRUE(r.kept[2][1].item<bool>());
-  EXPECT_EQ(r.assigned, (std::vector<int64_t>{3, 2, 2, 1}));
+  const torch::Tensor assigned = r.assigned.to(torch::kLong).contiguous();
+  EXPECT_EQ(std::vector<int64_t>(assigned.data_ptr<int64_t>(),
+                                 assigned.data_ptr<int64_t>() + assigned.numel()),
+            (std::vector<int64_t>{3, 2, 2, 1}));
   EXPECT_EQ(ToVector(r.tokens[0]), (std::vector<int64_t>{0, 1}));
   EXPECT_EQ(ToVector(r.tokens[1]), (std::vector<int64_t>{0, 2}));
   EXPECT_EQ(ToVector(r.tokens[2]), (std::vector<int64_t>{1, 3}));
@@ -109,7 +112,7 @@ TEST(MoeTest, ForwardEqualsAPerTokenReferenceLoopIncludingDroppedTokens) {
   MicroBatchContext ctx;
   torch::Tensor y = moe.Forward(x, ctx);
   const MoeRouting& r = moe.last_routing();
-  ASSERT_GT(r.dropped, 0) << "capacity 0.5 must drop some assignments";
+  ASSERT_GT(r.dropped.item<int64_t>(), 0) << "capacity 0.5 must drop some assignments";
 
   torch::NoGradGuard no_grad;
   torch::Tensor flat = x.view({16, 16});

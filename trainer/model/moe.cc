@@ -29,18 +29,14 @@ MoeRouting RouteTopTwo(const torch::Tensor& probs, int64_t capacity) {
       (one_hot.cumsum(0) - 1).gather(1, slot_expert.unsqueeze(1)).squeeze(1);  // [2N]
   torch::Tensor slot_kept = position < capacity;
   r.kept = slot_kept.view({2, n}).t().contiguous();
-  // host-sync(steady): per MoE layer and micro-batch: the dropped-token count the routing
-  //   statistics log
-  r.dropped = (~slot_kept).sum().item<int64_t>();
+  r.dropped = (~slot_kept).sum();
 
   torch::Tensor slot_token = torch::arange(n, slot_expert.options().dtype(torch::kLong)).repeat({2});
   torch::Tensor slot_gate = r.gates.t().reshape({2 * n});
-  torch::Tensor counts = one_hot.sum(0);
+  r.assigned = one_hot.sum(0);  // [E]
   for (int64_t x = 0; x < e; ++x) {
-    // host-sync(steady): per expert: its token count and the indices of its tokens size the
-    //   expert batch (dynamic shapes, as in dropless MoE); a fixed-capacity dispatch would remove
-    //   it
-    r.assigned.push_back(counts[x].item<int64_t>());
+    // host-sync(steady): per expert: the indices of its kept tokens size the expert batch
+    //   (dynamic shapes, as in dropless MoE); a fixed-capacity dispatch would remove it
     torch::Tensor slots = torch::nonzero(slot_kept & (slot_expert == x)).view({-1});
     r.tokens.push_back(slot_token.index_select(0, slots));
     r.token_gates.push_back(slot_gate.index_select(0, slots));
@@ -50,8 +46,7 @@ MoeRouting RouteTopTwo(const torch::Tensor& probs, int64_t capacity) {
 
 torch::Tensor MoeBalanceLoss(const torch::Tensor& probs, const MoeRouting& routing) {
   const int64_t n = probs.size(0), e = probs.size(1);
-  std::vector<float> counts(routing.assigned.begin(), routing.assigned.end());
-  torch::Tensor f = torch::tensor(counts).to(probs.device()) / static_cast<float>(2 * n);
+  torch::Tensor f = routing.assigned.to(torch::kFloat) / static_cast<float>(2 * n);
   torch::Tensor p = probs.mean(0);
   return static_cast<float>(e) * (f * p).sum();
 }

@@ -36,8 +36,9 @@ struct MoeRouting {
   // rank: first choices first) and the matching gates, [n_e].
   std::vector<torch::Tensor> tokens;
   std::vector<torch::Tensor> token_gates;
-  std::vector<int64_t> assigned;  // per expert, before capacity
-  int64_t dropped = 0;            // assignments beyond capacity
+  // On the device, so routing reads nothing back for its statistics:
+  torch::Tensor assigned;  // [E] int64: per expert, before capacity
+  torch::Tensor dropped;   // [] int64: assignments beyond capacity
 };
 
 // C = ceil(capacity_factor · tokens · 2 / experts), at least 1.

@@ -94,9 +94,10 @@ class CostMeter:
                 activation_bytes=self._activation_bytes.get(layer, 0)))
         return out
 
-    def memory_used(self, costs: Sequence[LayerCost]) -> int:
-        if self.device.type == "cuda":
-            return int(torch.cuda.memory_reserved(self.device))
+    @staticmethod
+    def memory_used(costs: Sequence[LayerCost]) -> int:
+        """A CPU rank's memory in use: its layers' bytes. (A GPU rank reports
+        what its device says, ``dynmo.torch.memory.device_memory``.)"""
         return sum(c.resident_bytes for c in costs)
 
     def _time_weight_actions(self, stage: Any, shares: List[Tuple[int, float]]) -> None:

@@ -84,8 +84,10 @@ class JobLink:
                 _log.warning("dynmo.pipelining: acknowledge epoch %d: %s", plan.epoch, e)
 
     def report(self, stage: int, iteration: int, costs: List[LayerCost],
-               memory_used_bytes: int, probe_s: float = 0.0) -> None:
+               memory_used_bytes: int, probe_s: float = 0.0,
+               memory_capacity_bytes: int = 0) -> None:
         self.agents[stage].report(iteration, costs, memory_used_bytes=memory_used_bytes,
+                                  memory_capacity_bytes=memory_capacity_bytes,
                                   probe_s=probe_s)
 
     def close(self) -> None:

@@ -49,6 +49,7 @@ from dynmo.pipelining.layer_transfer import recv_layer, send_layer
 from dynmo.pipelining.layout import ModelLayout, ModelParts
 from dynmo.pipelining.plan_check import plan_problem
 from dynmo.pipelining.topology import Topology
+from dynmo.torch.memory import device_memory
 from dynmo.torch.plan import agree_on_plan
 from dynmo.torch.speed_probe import speed_probe
 from dynmo.types import Plan
@@ -255,10 +256,15 @@ class DynamicPipeline:
         probe_s = (speed_probe(self.device)
                    if self.speed_probe_every > 0 and iteration % self.speed_probe_every == 0
                    else 0.0)
+        # On a GPU: the reserved peak since the last report plus this rank's
+        # share of the context and NCCL, and its share of the device (once
+        # per iteration, for every local stage); (0, 0) on a CPU.
+        gpu_used, gpu_capacity = device_memory(self.device)
         for stage in self._link.agents:
             costs = self.meter.costs(self._range(stage), self.parts.held, self.optimizer)
-            self._link.report(stage, iteration, costs, self.meter.memory_used(costs),
-                              probe_s=probe_s)
+            used = gpu_used if self.device.type == "cuda" else self.meter.memory_used(costs)
+            self._link.report(stage, iteration, costs, used, probe_s=probe_s,
+                              memory_capacity_bytes=gpu_capacity)
 
     @property
     def layer_seconds(self) -> Dict[int, float]:

@@ -60,3 +60,44 @@ def layer_costs(timings: Mapping[int, LayerTiming], modules: Mapping[int, nn.Mod
             activation_bytes=t.activation_bytes // microbatches if t else 0))
     return out
 
+
+
+def ranks_sharing_device(local_world_size: int, visible: int, index: int) -> int:
+    """Local ranks on device ``index`` of ``visible`` when ``local_world_size``
+    local ranks spread round-robin (local rank r on device r % visible); at
+    least 1. The same arithmetic as the trainer's ``comm/device_share.h``."""
+    if visible <= 0 or local_world_size <= 0 or index < 0 or index >= visible:
+        return 1
+    return max(1, (local_world_size - 1 - index) // visible + 1)
+
+
+def honest_rank_memory(total: int, free: int, reserved: int, peak_reserved: int,
+                       sharing: int) -> Tuple[int, int]:
+    """(used, capacity) bytes one rank reports for its GPU: capacity is the
+    device over the ranks sharing it; used is the caching allocator's reserved
+    peak plus this rank's share of what no caching allocator tracks (the CUDA
+    context, NCCL's buffers): (total - free) - reserved x sharing, over
+    sharing, never below 0."""
+    s = max(1, sharing)
+    outside = total - free - reserved * s
+    return peak_reserved + max(0, outside) // s, total // s
+
+
+def device_memory(device: torch.device, local_world_size: Optional[int] = None,
+                  reset_peak: bool = True) -> Tuple[int, int]:
+    """(used, capacity) of this rank's CUDA device as ``honest_rank_memory``
+    computes them, the peak since the last call (``reset_peak``); (0, 0) on
+    a CPU. ``local_world_size`` defaults to torchrun's LOCAL_WORLD_SIZE."""
+    if device.type != "cuda":
+        return 0, 0
+    import os
+    if local_world_size is None:
+        local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    free, total = torch.cuda.mem_get_info(index)
+    reserved = torch.cuda.memory_reserved(index)
+    peak = torch.cuda.max_memory_reserved(index)
+    if reset_peak:
+        torch.cuda.reset_peak_memory_stats(index)
+    sharing = ranks_sharing_device(local_world_size, torch.cuda.device_count(), index)
+    return honest_rank_memory(int(total), int(free), int(reserved), int(peak), sharing)
