@@ -158,6 +158,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                           "boundaries": pipe.boundaries, "epoch": pipe.epoch,
                           "moved_bytes": summary["moved_bytes"],
                           "stage_times": summary["stage_times"],
+                          "microbatches": args.microbatches,
+                          "layer_forward_s": summary["layer_forward_s"],
+                          "layer_backward_s": summary["layer_backward_s"],
+                          "layer_weight_grad_s": summary["layer_weight_grad_s"],
                           "plan": plan.reason if plan is not None else None}
                 print(f"llama_pipelining: iter {step} loss {summary['loss']:.6f} "
                       f"tokens/s {record['tokens_per_s']:.0f} boundaries "

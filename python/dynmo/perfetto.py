@@ -6,13 +6,14 @@ iteration. This turns a window of them into ``{"traceEvents": [...]}`` that
 https://ui.perfetto.dev (or chrome://tracing) opens:
 
 - a track "iterations" with one slice per iteration, as long as it took;
-- a track per pipeline stage: with per-layer clocks (dynmo-train), one slice
-  per layer for its forward and one for its backward, each the layer's
-  measured time summed over the iteration's micro-batches, laid end to end
-  from the iteration's start (the clocks measured these durations; their
-  interleaving across micro-batches is not in the log, so the slices show
-  where a stage's time went, not when each micro-batch ran); without them
-  (the adapter), one slice per stage of its measured time;
+- a track per pipeline stage: with per-layer clocks (dynmo-train, and the
+  adapter's example since it logs them), one slice per layer for its
+  forward and one for its backward, each the layer's measured time summed
+  over the iteration's micro-batches, laid end to end from the iteration's
+  start (the clocks measured these durations; their interleaving across
+  micro-batches is not in the log, so the slices show where a stage's time
+  went, not when each micro-batch ran); without them (older adapter logs),
+  one slice per stage of its measured time;
 - instant events where a plan was applied (the epoch changed: its
   boundaries), where the model changed, and where the adapter's record names
   a plan.

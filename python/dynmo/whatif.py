@@ -12,8 +12,9 @@ coordinator's own job machine, static against DynMo (``dynmo.replay``).
     python -m dynmo.whatif RUN.jsonl --stages 24 --layers 48 [--dp 30]
         [--elastic none|release|reshape] [--bandwidth 25e9] [--trace-out T.jsonl]
 
-prints the replay's summary (speed-up, GPU-hours, plans). A log without
-per-layer times (the pipelining adapter's records carry stage times only)
+prints the replay's summary (speed-up, GPU-hours, plans). Both dynmo-train's
+log and the pipelining adapter's example's (``examples/torch/
+llama_pipelining.py --log_json``) carry per-layer times; a log without them
 is refused with one line.
 """
 import argparse
@@ -31,7 +32,8 @@ def trace_from_log(records: Iterable[Dict[str, Any]]) -> List[Dict[str, Any]]:
         if not fwd or not bwd:
             raise ValueError(f"iteration {r.get('iter', r.get('iteration'))} has no per-layer "
                              f"times (layer_forward_s / layer_backward_s): record the run "
-                             f"with dynmo-train --log_json")
+                             f"with dynmo-train --log_json or the pipelining example's "
+                             f"--log_json")
         m = float(r.get("microbatches") or 1)
         wgrad = r.get("layer_weight_grad_s") or [0.0] * len(fwd)
         mem = r.get("layer_memory_bytes") or [0] * len(fwd)

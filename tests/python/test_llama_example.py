@@ -42,6 +42,17 @@ def test_dynmo_resplits_the_pipeline_with_bit_identical_losses(source_dir, bin_d
                 "iteration_s", "epoch"} <= set(r)
         assert r["tokens_per_s"] > 0
     assert [r["loss"] for r in live] == [r["loss"] for r in static]
+    # Per-layer clocks in the log (embedding, 6 blocks, head): the adapter's
+    # run opens as a per-layer timeline and replays in the what-if tool.
+    for r in live:
+        assert len(r["layer_forward_s"]) == len(r["layer_backward_s"]) == 8
+        assert all(x > 0 for x in r["layer_forward_s"]), r["layer_forward_s"]
+        assert all(b >= w for b, w in zip(r["layer_backward_s"], r["layer_weight_grad_s"]))
+    from dynmo.perfetto import timeline
+    from dynmo.whatif import trace_from_log
+    names = {e["name"] for e in timeline(live)["traceEvents"] if e.get("ph") == "X"}
+    assert {"L0 F", "L7 F", "L7 B"} <= names
+    assert len(trace_from_log(live)) == STEPS
     assert all(r["boundaries"] == [0, 7, 8] for r in static)
     applied = [r for r in live if r["epoch"] > 0]
     assert applied, "no plan was applied:\n" + out[-3000:]

@@ -42,6 +42,7 @@ class CostMeter:
         self._timings: Dict[int, Any] = {}
         self.layer_seconds: Dict[int, float] = {}  # the last iteration's, per layer
         self.weight_gradient_seconds: Dict[int, float] = {}
+        self.forward_seconds: Dict[int, float] = {}
 
     def attach(self, layers: Dict[int, Sequence[nn.Module]],
                weight_stages: Sequence[Tuple[Any, Sequence[int]]] = ()) -> None:
@@ -72,6 +73,7 @@ class CostMeter:
                 for layer, share in shares:
                     w[layer] = w.get(layer, 0.0) + spent * share
         self.weight_gradient_seconds = w
+        self.forward_seconds = {i: t.fwd_s for i, t in self._timings.items()}
         self.layer_seconds = {i: t.fwd_s + t.bwd_s + w.get(i, 0.0)
                               for i, t in self._timings.items()}
         if self.timer.measure_activations:

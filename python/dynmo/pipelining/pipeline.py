@@ -287,25 +287,43 @@ class DynamicPipeline:
         it (collective over them): ``loss`` (the mean over replicas of the
         last stage's), ``iteration_s`` (the slowest rank's), ``moved_bytes``
         (the plan's, all ranks), ``stage_times`` (per active stage, its
-        layers' measured seconds, the slowest replica's)."""
+        layers' measured seconds, the slowest replica's), and per layer of the
+        model, summed over the iteration's micro-batches and the slowest
+        replica's: ``layer_forward_s``, ``layer_backward_s`` (input and
+        weight gradient, as dynmo-train logs it) and ``layer_weight_grad_s``
+        (zero-bubble ``W`` actions) — what ``dynmo.perfetto`` and
+        ``dynmo.whatif`` read."""
         stages = len(self.stage_ids)
-        row = torch.zeros(4 + stages, dtype=torch.float64)
+        n = self.layout.num_layers
+        head = 4 + stages
+        row = torch.zeros(head + 3 * n, dtype=torch.float64)
         if loss is not None:
             row[0], row[1] = loss, 1.0
         row[2], row[3] = elapsed_s, float(self.last_moved_bytes)
         for stage in self.local_stage_ids:
             row[4 + self._position(stage)] = sum(self.layer_seconds.get(i, 0.0)
                                                  for i in self._range(stage))
+        w = self.weight_gradient_seconds
+        for layer, seconds in self.layer_seconds.items():
+            if 0 <= layer < n:
+                fwd = self.meter.forward_seconds.get(layer, 0.0)
+                row[head + layer] = fwd
+                row[head + n + layer] = seconds - fwd
+                row[head + 2 * n + layer] = w.get(layer, 0.0)
         group = self.topology.job_group
         row = row.to(self._wire)
         rows = [torch.zeros_like(row) for _ in range(dist.get_world_size(group))]
         dist.all_gather(rows, row, group=group)
         table = torch.stack([r.cpu() for r in rows])
         held = table[:, 1] > 0
+        slowest = table.max(dim=0).values
         return {"loss": float(table[held, 0].mean()) if bool(held.any()) else float("nan"),
                 "iteration_s": float(table[:, 2].max()),
                 "moved_bytes": int(table[:, 3].sum()),
-                "stage_times": [float(x) for x in table[:, 4:].max(dim=0).values]}
+                "stage_times": [float(x) for x in slowest[4:head]],
+                "layer_forward_s": [float(x) for x in slowest[head:head + n]],
+                "layer_backward_s": [float(x) for x in slowest[head + n:head + 2 * n]],
+                "layer_weight_grad_s": [float(x) for x in slowest[head + 2 * n:]]}
 
     def close(self) -> None:
         """Flushes and stops the agents, then the embedded coordinator.
