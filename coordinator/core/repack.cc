@@ -23,15 +23,6 @@ bool Homogeneous(const std::vector<StageSpec>& stages) {
   return true;
 }
 
-PipelineModel Window(const PipelineModel& model, int first, int count) {
-  PipelineModel sub;
-  sub.layers = model.layers;
-  sub.link = model.link;
-  sub.stages.assign(model.stages.begin() + first,
-                    model.stages.begin() + first + count);
-  return sub;
-}
-
 // Stages that stay, in pipeline order (original indices).
 using Survivors = std::vector<int>;
 
@@ -39,6 +30,19 @@ Survivors WindowStages(int first, int count) {
   Survivors s(static_cast<size_t>(count));
   for (int t = 0; t < count; ++t) s[static_cast<size_t>(t)] = first + t;
   return s;
+}
+
+// `model` on `stages` only.
+PipelineModel Subset(const PipelineModel& model, const Survivors& stages) {
+  PipelineModel sub;
+  sub.layers = model.layers;
+  sub.link = model.link;
+  for (int s : stages) sub.stages.push_back(model.stages[static_cast<size_t>(s)]);
+  return sub;
+}
+
+PipelineModel Window(const PipelineModel& model, int first, int count) {
+  return Subset(model, WindowStages(first, count));
 }
 
 // The `count` fastest stages in pipeline order: the slowest are released
@@ -72,14 +76,11 @@ absl::StatusOr<Candidate> SolveSubset(const PipelineModel& model,
                                       const std::optional<Boundaries>& current,
                                       Survivors stages) {
   internal::CurrentRanges ranges;
-  PipelineModel sub;
-  sub.layers = model.layers;
-  sub.link = model.link;
   for (int s : stages) {
-    sub.stages.push_back(model.stages[static_cast<size_t>(s)]);
     if (current) ranges.push_back({(*current)[s], (*current)[s + 1]});
   }
-  absl::StatusOr<internal::ExactPartition> part = internal::SolveExact(sub, ranges);
+  absl::StatusOr<internal::ExactPartition> part =
+      internal::SolveExact(Subset(model, stages), ranges);
   if (!part.ok()) return part.status();
   return Candidate{std::move(stages), *std::move(part)};
 }

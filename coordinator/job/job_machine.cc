@@ -260,7 +260,8 @@ std::vector<double> JobMachine::PositionSpeeds() const {
   return speeds;
 }
 
-absl::StatusOr<core::PipelineModel> JobMachine::Model() const {
+absl::StatusOr<core::PipelineModel> JobMachine::ModelAt(
+    const std::vector<double>& position_speeds) const {
   if (profile_.missing() > 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         "no complete profile of job ", name_, " yet: ", profile_.missing(),
@@ -272,16 +273,10 @@ absl::StatusOr<core::PipelineModel> JobMachine::Model() const {
       layout_.schedule, layout_.microbatches});
   if (!model.ok()) return model;
   // A stage runs at its slowest replica's speed.
-  const std::vector<std::vector<int>> by_stage = roster_.RegisteredByStage();
-  for (size_t i = 0; i < layout_.active_stages.size() && i < model->stages.size(); ++i) {
-    const int stage = layout_.active_stages[i];
-    double speed = 1.0;
-    if (stage >= 0 && static_cast<size_t>(stage) < by_stage.size()) {
-      for (int rank : by_stage[static_cast<size_t>(stage)]) {
-        speed = std::min(speed, speeds_.speed(rank));
-      }
-    }
-    model->stages[i].speed = speed;
+  const size_t dp = static_cast<size_t>(std::max(1, roster_.shape().data_parallel_size));
+  for (size_t i = 0; i < model->stages.size() && (i + 1) * dp <= position_speeds.size(); ++i) {
+    model->stages[i].speed = *std::min_element(position_speeds.begin() + i * dp,
+                                               position_speeds.begin() + (i + 1) * dp);
   }
   return model;
 }
@@ -303,7 +298,8 @@ void JobMachine::Tick(absl::Time now, JobEffects* out) {
     return;
   }
   if (!rebalancer_.TakeDirty()) return;
-  absl::StatusOr<core::PipelineModel> model = Model();
+  std::vector<double> speeds = PositionSpeeds();
+  absl::StatusOr<core::PipelineModel> model = ModelAt(speeds);
   if (!model.ok()) return rebalancer_.Note(std::string(model.status().message()));
   Measure(*model, out);
   const std::vector<int>& active = layout_.active_stages;
@@ -311,7 +307,7 @@ void JobMachine::Tick(absl::Time now, JobEffects* out) {
       *model, layout_, profile_, roster_.shape().pipeline_size,
       roster_.shape().data_parallel_size, roster_.CheckConnected(active).ok(),
       roster_.ReportedSince(active, rebalancer_.model_changed_iteration()),
-      PositionSpeeds()});
+      std::move(speeds)});
   for (double s : rebalancer_.TakeDecisionLatencies()) out->decision_latency_s.push_back(s);
   if (!proposal) return;
   absl::StatusOr<dynmo::v1::Plan> issued =
@@ -324,7 +320,8 @@ void JobMachine::Tick(absl::Time now, JobEffects* out) {
 absl::StatusOr<dynmo::v1::RebalanceResponse> JobMachine::Rebalance(absl::Time now,
                                                                    JobEffects* out) {
   if (absl::Status s = protocol_.CheckIdle(); !s.ok()) return s;
-  absl::StatusOr<core::PipelineModel> model = Model();
+  const std::vector<double> speeds = PositionSpeeds();
+  absl::StatusOr<core::PipelineModel> model = ModelAt(speeds);
   if (!model.ok()) return model.status();
   if (absl::Status s = roster_.CheckConnected(layout_.active_stages); !s.ok()) {
     return s;
@@ -333,7 +330,7 @@ absl::StatusOr<dynmo::v1::RebalanceResponse> JobMachine::Rebalance(absl::Time no
   dynmo::v1::RebalanceResponse response;
   absl::StatusOr<std::optional<Proposal>> proposal = rebalancer_.DecideNow(
       *model, layout_, roster_.shape().pipeline_size, roster_.shape().data_parallel_size,
-      PositionSpeeds(), response.mutable_detail());
+      speeds, response.mutable_detail());
   for (double s : rebalancer_.TakeDecisionLatencies()) out->decision_latency_s.push_back(s);
   if (!proposal.ok()) return proposal.status();
   if (!proposal->has_value()) return response;  // issued: false

@@ -215,7 +215,9 @@ class JobMachine {
   // The job's PipelineModel from the profile, each active stage at its
   // slowest replica's speed, or FAILED_PRECONDITION while some (replica,
   // layer) has no sample yet.
-  absl::StatusOr<core::PipelineModel> Model() const;
+  absl::StatusOr<core::PipelineModel> Model() const { return ModelAt(PositionSpeeds()); }
+  // The same, the replicas' speeds given as PositionSpeeds() returns them.
+  absl::StatusOr<core::PipelineModel> ModelAt(const std::vector<double>& position_speeds) const;
   // Each active rank's speed by position, active stage index * dp +
   // replica (DecisionInput::rank_speeds); 1 where a rank has not
   // registered. O(ranks).

@@ -194,5 +194,14 @@ TEST(DistEnvTest, RejectsMalformedOrInconsistentVariables) {
   EXPECT_FALSE(ReadDistEnv(FakeEnv({{"MASTER_PORT", "70000"}})).ok());
 }
 
+TEST(DistEnvTest, LocalRanksPreferLocalWorldSizeThenWorldSize) {
+  EXPECT_EQ(LocalRanks(FakeEnv({})), 1);
+  EXPECT_EQ(LocalRanks(FakeEnv({{"WORLD_SIZE", "8"}})), 8);
+  EXPECT_EQ(LocalRanks(FakeEnv({{"LOCAL_WORLD_SIZE", "4"}, {"WORLD_SIZE", "8"}})), 4);
+  // Not a positive number: unset.
+  EXPECT_EQ(LocalRanks(FakeEnv({{"LOCAL_WORLD_SIZE", "x"}, {"WORLD_SIZE", "8"}})), 8);
+  EXPECT_EQ(LocalRanks(FakeEnv({{"LOCAL_WORLD_SIZE", "0"}})), 1);
+}
+
 }  // namespace
 }  // namespace dynmo::trainer

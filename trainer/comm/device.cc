@@ -3,11 +3,11 @@
 #include <ATen/DeviceAccelerator.h>
 #include <torch/cuda.h>
 
-#include <algorithm>
 #include <cstdlib>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "trainer/comm/dist_env.h"
 
 namespace dynmo::trainer {
 namespace {
@@ -70,10 +70,8 @@ DeviceMemory ReadDeviceMemory(torch::Device device) {
 RankMemory ReadRankMemory(torch::Device device) {
   if (!IsCuda(device)) return RankMemory{};
   const DeviceMemory m = ReadDeviceMemory(device);
-  const char* local = std::getenv("LOCAL_WORLD_SIZE");
-  const int local_world = local != nullptr ? std::max(1, std::atoi(local)) : 1;
   const int sharing = RanksSharingDevice(
-      local_world, static_cast<int>(torch::cuda::device_count()), device.index());
+      LocalRanks(ProcessEnv()), static_cast<int>(torch::cuda::device_count()), device.index());
   return HonestRankMemory(
       DeviceReading{m.total_bytes, m.free_bytes, m.reserved_bytes, m.peak_reserved_bytes},
       sharing);

@@ -51,7 +51,7 @@ DeviceMemory ReadDeviceMemory(torch::Device device);
 void ResetPeakDeviceMemory(torch::Device device);
 
 // used / capacity as device_share.h computes them for this rank (the local
-// ranks sharing `device` from LOCAL_WORLD_SIZE and the visible devices).
+// ranks sharing `device` from LocalRanks() and the visible devices).
 // Zero on cpu.
 RankMemory ReadRankMemory(torch::Device device);
 

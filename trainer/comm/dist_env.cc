@@ -58,4 +58,13 @@ absl::StatusOr<DistEnv> ReadDistEnv(const EnvLookup& env) {
   return d;
 }
 
+int LocalRanks(const EnvLookup& env) {
+  for (const char* var : {"LOCAL_WORLD_SIZE", "WORLD_SIZE"}) {
+    const std::optional<std::string> v = env(var);
+    int n = 0;
+    if (v && absl::SimpleAtoi(*v, &n) && n > 0) return n;
+  }
+  return 1;
+}
+
 }  // namespace dynmo::trainer

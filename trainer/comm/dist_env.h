@@ -31,6 +31,11 @@ EnvLookup ProcessEnv();
 // WORLD_SIZE > 1 without MASTER_PORT, port outside [1, 65535].
 absl::StatusOr<DistEnv> ReadDistEnv(const EnvLookup& env);
 
+// The ranks on this host: LOCAL_WORLD_SIZE, else WORLD_SIZE, else 1 (a
+// value that is not a positive number counts as unset). What a rank's share
+// of the host's memory, or of a device, is divided by.
+int LocalRanks(const EnvLookup& env);
+
 }  // namespace dynmo::trainer
 
 #endif  // DYNMO_TRAINER_COMM_DIST_ENV_H_

@@ -2,10 +2,9 @@
 
 #include <unistd.h>
 
-#include <cstdlib>
 #include <memory>
 
-#include "absl/strings/numbers.h"
+#include "trainer/comm/dist_env.h"
 #include "trainer/model/prunable_linear.h"
 
 namespace dynmo::trainer {
@@ -43,16 +42,7 @@ int64_t LayerNonZeroParameters(const OwnedLayer& owned) {
 int64_t DefaultMemoryCapacityBytes() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
   const int64_t physical = pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
-  int local = 1;
-  for (const char* var : {"LOCAL_WORLD_SIZE", "WORLD_SIZE"}) {
-    const char* v = std::getenv(var);
-    int n = 0;
-    if (v != nullptr && absl::SimpleAtoi(v, &n) && n > 0) {
-      local = n;
-      break;
-    }
-  }
-  return physical / local;
+  return physical / LocalRanks(ProcessEnv());
 }
 
 }  // namespace dynmo::trainer

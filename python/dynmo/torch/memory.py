@@ -10,6 +10,7 @@ Pure functions over tensors; thread-compatible.
 """
 from __future__ import annotations
 
+import os
 from typing import List, Mapping, Optional, Tuple
 
 import torch
@@ -83,16 +84,24 @@ def honest_rank_memory(total: int, free: int, reserved: int, peak_reserved: int,
     return peak_reserved + max(0, outside) // s, total // s
 
 
+def _local_ranks() -> int:
+    for var in ("LOCAL_WORLD_SIZE", "WORLD_SIZE"):
+        v = os.environ.get(var, "")
+        if v.isdigit() and int(v) > 0:
+            return int(v)
+    return 1
+
+
 def device_memory(device: torch.device, local_world_size: Optional[int] = None,
                   reset_peak: bool = True) -> Tuple[int, int]:
     """(used, capacity) of this rank's CUDA device as ``honest_rank_memory``
     computes them, the peak since the last call (``reset_peak``); (0, 0) on
-    a CPU. ``local_world_size`` defaults to torchrun's LOCAL_WORLD_SIZE."""
+    a CPU. ``local_world_size`` defaults to the ranks on this host as the
+    trainer counts them: LOCAL_WORLD_SIZE, else WORLD_SIZE, else 1."""
     if device.type != "cuda":
         return 0, 0
-    import os
     if local_world_size is None:
-        local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+        local_world_size = _local_ranks()
     index = device.index if device.index is not None else torch.cuda.current_device()
     free, total = torch.cuda.mem_get_info(index)
     reserved = torch.cuda.memory_reserved(index)
