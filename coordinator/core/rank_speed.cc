@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <limits>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -29,7 +31,7 @@ absl::Status ValidateRankSpeedOptions(const RankSpeedOptions& o) {
         "speed confirmations and warmup must be >= 1, got ", o.confirmations, " and ",
         o.warmup));
   }
-  return absl::OkStatus();
+  return ValidateLayerOverlapOptions(o.overlap);
 }
 
 RankSpeeds::RankSpeeds(int ranks, const RankSpeedOptions& options)
@@ -38,7 +40,9 @@ RankSpeeds::RankSpeeds(int ranks, const RankSpeedOptions& options)
       var_(level_.size(), 0.0),
       published_(level_.size(), 1.0),
       count_(level_.size(), 0),
-      pending_(level_.size()) {}
+      pending_(level_.size()),
+      correction_(level_.size(), 0.0),
+      correction_sd_(level_.size(), 0.0) {}
 
 double RankSpeeds::speed(int rank) const {
   if (rank < 0 || rank >= ranks()) return 1.0;
@@ -51,6 +55,135 @@ double RankSpeeds::probe_s(int rank) const {
 }
 
 bool RankSpeeds::Warm(size_t r) const { return count_[r] >= options_.warmup; }
+
+bool RankSpeeds::warm(int rank) const {
+  return rank >= 0 && rank < ranks() && Warm(static_cast<size_t>(rank));
+}
+
+double RankSpeeds::correction(int rank) const {
+  if (rank < 0 || rank >= ranks()) return 1.0;
+  return std::exp(correction_[static_cast<size_t>(rank)]);
+}
+
+bool RankSpeeds::SetOverlaps(const std::vector<RankOverlap>& pairs) {
+  // Minimises  lambda * sum_r c_r^2 + sum_pairs (c_b - c_a - d_ab)^2  by
+  // conjugate gradients on its normal equations (symmetric positive
+  // definite: a graph Laplacian plus lambda), warm-started at the last fit.
+  // lambda keeps ranks no pair links at 0 and costs a lone pair's fit
+  // 2 * lambda / (1 + 2 * lambda) of its ratio (1% at 0.005).
+  constexpr double kLambda = 0.005;
+  // A job has many pairs and refits every iteration, and a pair that
+  // compares a layer's times before and after a move keeps one side fixed
+  // for good: the bar for a pair is higher than for one rank's probes.
+  constexpr double kPairSigmas = 4.0;
+  for (const RankOverlap& p : pairs) {
+    if (p.a < 0 || p.b < 0 || p.a >= ranks() || p.b >= ranks() || p.a == p.b ||
+        !std::isfinite(p.log_ratio) || !std::isfinite(p.sd) || p.layers < 1) {
+      continue;
+    }
+    // A pair's ratio counts only beyond its noise (and min_change): else
+    // the two ranks run layers as their probes say (ratio 0), which also
+    // ties them together. Once beyond, it stays counted down to 3/4 of
+    // those bounds: a ratio that hovers at the edge does not flip.
+    const bool swap = p.a > p.b;
+    Pair& kept = pairs_[{swap ? p.b : p.a, swap ? p.a : p.b}];
+    const double ratio = swap ? -p.log_ratio : p.log_ratio;
+    const double scale = kept.beyond ? 0.75 : 1.0;
+    kept.beyond = std::fabs(ratio) >
+                  scale * std::max(std::log1p(options_.min_change), kPairSigmas * p.sd);
+    kept.log_ratio = ratio;
+    kept.sd = p.sd;
+  }
+  // Pairs not in this list keep their last word (a layer's times in doubt
+  // for a while, a model change that voided the times): the ratio between
+  // two ranks' layers and their probes is the ranks', not the layers'.
+  std::vector<RankOverlap> used;
+  for (const auto& [key, kept] : pairs_) {
+    used.push_back(RankOverlap{key.first, key.second, kept.beyond ? kept.log_ratio : 0.0,
+                               kept.sd, 1});
+  }
+  if (used.empty()) return false;
+  const size_t n = correction_.size();
+  auto apply = [&](const std::vector<double>& x, std::vector<double>* y) {
+    for (size_t k = 0; k < n; ++k) (*y)[k] = kLambda * x[k];
+    for (const RankOverlap& p : used) {
+      const double diff = x[static_cast<size_t>(p.b)] - x[static_cast<size_t>(p.a)];
+      (*y)[static_cast<size_t>(p.b)] += diff;
+      (*y)[static_cast<size_t>(p.a)] -= diff;
+    }
+  };
+  std::vector<double> rhs(n, 0.0);
+  for (const RankOverlap& p : used) {
+    rhs[static_cast<size_t>(p.b)] += p.log_ratio;
+    rhs[static_cast<size_t>(p.a)] -= p.log_ratio;
+  }
+  std::vector<double>& x = correction_;
+  std::vector<double> ax(n), r(n), dir(n), ad(n);
+  apply(x, &ax);
+  double rr = 0, bb = 0;
+  for (size_t k = 0; k < n; ++k) {
+    r[k] = rhs[k] - ax[k];
+    dir[k] = r[k];
+    rr += r[k] * r[k];
+    bb += rhs[k] * rhs[k];
+  }
+  const double tolerance = 1e-20 * std::max(bb, 1e-12);
+  for (size_t it = 0; it < 4 * n + 16 && rr > tolerance; ++it) {
+    apply(dir, &ad);
+    double dad = 0;
+    for (size_t k = 0; k < n; ++k) dad += dir[k] * ad[k];
+    if (!(dad > 0)) break;
+    const double alpha = rr / dad;
+    double next = 0;
+    for (size_t k = 0; k < n; ++k) {
+      x[k] += alpha * dir[k];
+      r[k] -= alpha * ad[k];
+      next += r[k] * r[k];
+    }
+    for (size_t k = 0; k < n; ++k) dir[k] = r[k] + (next / rr) * dir[k];
+    rr = next;
+  }
+  // The pairs fix only differences within each group of linked ranks. The
+  // probe is taken at its word for the group's fastest rank (its layers
+  // run as fast as its probe says, beside every rank no pair links): each
+  // group is shifted so that its fastest rank's correction is 0.
+  std::vector<size_t> group(n);
+  for (size_t k = 0; k < n; ++k) group[k] = k;
+  auto find = [&group](size_t k) {
+    while (group[k] != k) k = group[k] = group[group[k]];
+    return k;
+  };
+  for (const RankOverlap& p : used) {
+    group[find(static_cast<size_t>(p.a))] = find(static_cast<size_t>(p.b));
+  }
+  std::vector<double> anchor(n, 0.0);
+  std::vector<double> fastest(n, std::numeric_limits<double>::infinity());
+  for (size_t k = 0; k < n; ++k) {
+    if (!Warm(k)) continue;
+    const double effective = level_[k] * std::exp(x[k]);
+    const size_t g = find(k);
+    if (effective < fastest[g]) {
+      fastest[g] = effective;
+      anchor[g] = x[k];
+    }
+  }
+  for (size_t k = 0; k < n; ++k) x[k] -= anchor[find(k)];
+  // A rank's correction is as uncertain as its best-measured pair (the
+  // combined precision of its pairs).
+  std::vector<double> precision(n, 0.0);
+  std::vector<bool> linked(n, false);
+  for (const RankOverlap& p : used) {
+    const double v = std::max(p.sd * p.sd, 1e-12);
+    for (int k : {p.a, p.b}) {
+      precision[static_cast<size_t>(k)] += 1 / v;
+      linked[static_cast<size_t>(k)] = true;
+    }
+  }
+  for (size_t k = 0; k < n; ++k) {
+    correction_sd_[k] = linked[k] ? std::sqrt(1 / precision[k]) : 0.0;
+  }
+  return Publish();
+}
 
 
 double RankSpeeds::PooledNoise() const {
@@ -118,9 +251,14 @@ bool RankSpeeds::Publish() {
   // added (every rank would look a little slow); not the median, which a
   // pool of half fast, half slow cards would put among the slow ones. With
   // two to four ranks it is the fastest.
+  // Levels as the layers run them: the probe's, corrected by the overlaps.
+  std::vector<double> effective(level_.size());
+  for (size_t k = 0; k < level_.size(); ++k) {
+    effective[k] = level_[k] * std::exp(correction_[k]);
+  }
   std::vector<double> warm;
   for (size_t k = 0; k < level_.size(); ++k) {
-    if (Warm(k)) warm.push_back(level_[k]);
+    if (Warm(k)) warm.push_back(effective[k]);
   }
   if (warm.empty()) return false;
   const size_t q = (warm.size() - 1) / 4;
@@ -133,8 +271,10 @@ bool RankSpeeds::Publish() {
   bool changed = false;
   for (size_t k = 0; k < level_.size(); ++k) {
     if (!Warm(k)) continue;
-    const double raw = std::min(1.0, ref / level_[k]);
-    const double sd = raw * std::sqrt(2.0) * RelativeNoise(k, pooled);
+    const double raw = std::min(1.0, ref / effective[k]);
+    const double rel = RelativeNoise(k, pooled);
+    const double sd =
+        raw * std::sqrt(2 * rel * rel + correction_sd_[k] * correction_sd_[k]);
     const double gap = std::fabs(raw - published_[k]);
     if (gap > options_.min_change * published_[k] && gap > options_.sigmas * sd) {
       published_[k] = raw;

@@ -23,13 +23,28 @@
 // the levels' ratio, so noise on equal ranks never moves a speed (no
 // flip-flop). Ranks that have not finished their warm-up run at speed 1.
 //
+// Where ranks timed the same layers (layer_overlap.h: data-parallel
+// replicas, a layer before and after a migration), the layers correct the
+// probes: each rank's level is multiplied by exp(c_r), the corrections c
+// being the least-squares fit of every pair's log ratio (c_b - c_a = the
+// pair's evidence), pulled weakly towards 0 so that a rank no layer links
+// keeps its probe's word. A pair counts as a ratio only once it is beyond
+// its noise (4 times its spread, and min_change), and keeps counting down
+// to 3/4 of that; below, the pair says its ranks run as their probes say.
+// Each group of linked ranks keeps its fastest rank's probe level as is.
+// The corrections' spread joins the probes' in the gate that publishes a
+// speed.
+//
 // Pure and deterministic; thread-compatible.
 #ifndef DYNMO_COORDINATOR_CORE_RANK_SPEED_H_
 #define DYNMO_COORDINATOR_CORE_RANK_SPEED_H_
 
+#include <map>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "coordinator/core/layer_overlap.h"
 
 namespace dynmo::core {
 
@@ -40,6 +55,7 @@ struct RankSpeedOptions {
   double min_change = 0.05;      // ... and this much of the speed
   int confirmations = 3;         // probes in a row that agree
   int warmup = 5;                // probes of a rank before it has a speed
+  LayerOverlapOptions overlap;   // the layers' own evidence
 };
 
 // OK for weights in (0, 1], sigmas and min_change finite and >= 0,
@@ -63,6 +79,18 @@ class RankSpeeds {
   const std::vector<double>& speeds() const { return published_; }
   // The probe time `rank` runs at (its level); 0 until it probed.
   double probe_s(int rank) const;
+  // Whether `rank` finished its warm-up (has a level decisions use).
+  bool warm(int rank) const;
+  // The layers' correction of `rank`'s probe level, exp(c_r); 1 without
+  // overlaps.
+  double correction(int rank) const;
+
+  // Takes `pairs` as the newest evidence of those pairs (ranks out of
+  // range and pairs not finite are ignored; a pair not listed keeps its
+  // last evidence), refits the corrections to every pair known and
+  // publishes what they call for. Returns true when any published speed
+  // changed.
+  bool SetOverlaps(const std::vector<RankOverlap>& pairs);
 
  private:
   bool Warm(size_t r) const;
@@ -79,6 +107,15 @@ class RankSpeeds {
   std::vector<double> published_;  // what decisions use
   std::vector<int> count_;         // probes so far
   std::vector<std::vector<double>> pending_;  // probes in a row beyond the gate
+  std::vector<double> correction_;     // c_r, log
+  std::vector<double> correction_sd_;  // its spread, log
+  // Every pair's last evidence, and whether it was beyond noise.
+  struct Pair {
+    double log_ratio = 0;
+    double sd = 0;
+    bool beyond = false;
+  };
+  std::map<std::pair<int, int>, Pair> pairs_;
 };
 
 }  // namespace dynmo::core

@@ -35,7 +35,9 @@ JobMachine::JobMachine(JobShape shape, const JobOptions& options,
       protocol_(PlanProtocolOptions{name_, options.prepare_timeout,
                                     options.history_limit},
                 shape.pipeline_size * shape.data_parallel_size, epoch),
-      speeds_(shape.pipeline_size * shape.data_parallel_size, options.speed) {}
+      speeds_(shape.pipeline_size * shape.data_parallel_size, options.speed),
+      overlaps_(shape.pipeline_size * shape.data_parallel_size, shape.num_layers,
+                options.speed.overlap) {}
 
 JobMachine::JobMachine(const dynmo::v1::RegisterRequest& first,
                        const JobOptions& options, JobJournal* journal,
@@ -171,12 +173,29 @@ void JobMachine::ApplyReport(int rank, const dynmo::v1::IterationReport& report,
   const RosterRank& r = roster_.at(rank);
   // A released stage holds no layers any more; its stragglers are ignored.
   const bool active = RankRoster::IsActiveStage(layout_.active_stages, r.pipeline_rank);
+  if (active) {
+    // The layers' raw times, as evidence of this rank's speed beside the
+    // others' (a model change voids every earlier time).
+    if (report.model_changed()) overlaps_.Forget();
+    // From the rank's first probe on: its level then is what each time is
+    // taken relative to (a level that moves later is a new regime).
+    if (speeds_.probe_s(rank) > 0) {
+      for (const auto& l : report.layers()) {
+        const core::LayerCost raw = wire::LayerCostFromSample(l);
+        overlaps_.Add(rank, raw.id, report.iteration(), raw.time_s(), speeds_.probe_s(rank));
+      }
+    }
+  }
   // Only a report that carries a probe can move a speed (and pays for the
   // copy the event compares against).
   bool speed_moved = false;
   if (active && report.probe_s() > 0) {
     const std::vector<double> before = speeds_.speeds();
     speed_moved = speeds_.AddProbe(rank, report.probe_s());
+    if (report.iteration() > overlaps_fitted_iteration_) {
+      overlaps_fitted_iteration_ = report.iteration();
+      speed_moved = speeds_.SetOverlaps(overlaps_.Pairs()) || speed_moved;
+    }
     if (speed_moved) ApplyProbe(before, report, out);
   }
   // A layer measured t on a rank of speed s costs t * s at speed 1.
@@ -231,7 +250,8 @@ void JobMachine::ApplyProbe(const std::vector<double>& before,
          {"iteration", report.iteration()},
          {"speed", speeds_.speed(k)},
          {"previous", before[static_cast<size_t>(k)]},
-         {"probe_s", speeds_.probe_s(k)}},
+         {"probe_s", speeds_.probe_s(k)},
+         {"layer_correction", speeds_.correction(k)}},
         out);
   }
 }

@@ -45,6 +45,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "coordinator/core/cost_profile.h"
+#include "coordinator/core/layer_overlap.h"
 #include "coordinator/core/rank_speed.h"
 #include "coordinator/job/decision.h"
 #include "coordinator/job/log_field.h"
@@ -307,6 +308,11 @@ class JobMachine {
   Rebalancer rebalancer_;
   PlanProtocol protocol_;
   core::RankSpeeds speeds_;
+  // The same layer timed on several ranks (replicas, before and after a
+  // move): the layers' correction of the probes (core/layer_overlap.h),
+  // refitted at most once per iteration, on a report that carries a probe.
+  core::LayerOverlaps overlaps_;
+  int64_t overlaps_fitted_iteration_ = -1;
   int64_t reports_ = 0;
 };
 

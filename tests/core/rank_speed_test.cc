@@ -11,23 +11,10 @@
 #include "coordinator/core/measures.h"
 #include "coordinator/core/partition.h"
 #include "gtest/gtest.h"
+#include "tests/core/seeded_noise.h"
 
 namespace dynmo::core {
 namespace {
-
-// A seeded generator: the tests' noise is the same on every run.
-class Lcg {
- public:
-  explicit Lcg(uint64_t seed) : x_(seed) {}
-  // Uniform in [-1, 1).
-  double Next() {
-    x_ = x_ * 6364136223846793005ULL + 1442695040888963407ULL;
-    return static_cast<double>(x_ >> 11) / static_cast<double>(1ULL << 52) - 1.0;
-  }
-
- private:
-  uint64_t x_;
-};
 
 TEST(RankSpeedTest, UnprobedRanksRunAtOne) {
   RankSpeeds s(4, RankSpeedOptions{});

@@ -346,6 +346,99 @@ TEST(JobMachineSpeedTest, RepackingReleasesTheSlowRankFirst) {
   EXPECT_EQ(Ints(r->plan().boundaries()), (std::vector<int>{0, 3, 6}));
 }
 
+// A job of pp stages x dp replicas over `layers` equal layers (an even
+// split; rank = stage * dp + replica). Rank r's probe takes `probe_slow[r]`
+// times the fast one's, its layers `layer_slow[r]` times; fed `iterations`.
+void FeedReplicas(JobMachine& m, int pp, int dp, const std::vector<double>& probe_slow,
+                  const std::vector<double>& layer_slow, int layers, int iterations) {
+  const int n = pp * dp;
+  std::vector<dynmo::v1::RegisterRequest> regs;
+  for (int rank = 0; rank < n; ++rank) {
+    dynmo::v1::RegisterRequest r = Reg(rank);
+    r.set_pipeline_rank(rank / dp);
+    r.set_data_parallel_rank(rank % dp);
+    r.set_pipeline_size(pp);
+    r.set_data_parallel_size(dp);
+    r.set_num_layers(layers);
+    regs.push_back(r);
+  }
+  std::vector<const dynmo::v1::RegisterRequest*> all;
+  for (const auto& r : regs) all.push_back(&r);
+  std::vector<dynmo::v1::RegisterResponse> responses;
+  JobEffects fx;
+  ASSERT_TRUE(m.Register(all, absl::UnixEpoch(), &responses, &fx).ok());
+  for (int r = 0; r < n; ++r) {
+    const int ranks[] = {r};
+    const std::string keys[] = {responses[r].session_key()};
+    ASSERT_TRUE(m.Attach(ranks, keys, false, std::make_shared<Sink>(), &fx).ok());
+  }
+  const int per_stage = layers / pp;
+  for (int it = 0; it < iterations; ++it) {
+    std::vector<dynmo::v1::IterationReport> reports(static_cast<size_t>(n));
+    std::vector<UpstreamMessage> up;
+    for (int r = 0; r < n; ++r) {
+      reports[r].set_iteration(it);
+      reports[r].set_probe_s(0.001 * probe_slow[r]);
+      const int stage = r / dp;
+      for (int l = stage * per_stage; l < (stage + 1) * per_stage; ++l) {
+        auto* s = reports[r].add_layers();
+        s->set_layer(l);
+        s->set_fwd_s(0.01 * layer_slow[r]);
+        s->set_bwd_s(0.02 * layer_slow[r]);
+      }
+      up.push_back({r, &reports[r], nullptr});
+    }
+    JobEffects step;
+    ASSERT_TRUE(m.OnUpstream(up, absl::UnixEpoch(), &step).ok());
+  }
+}
+
+// Two stages of two replicas over 10 equal layers, fed 30 iterations;
+// rank 3's probe says half speed, but the layers it shares with its
+// replica (rank 2) run 1/0.3 slower there.
+struct ReplicaJob {
+  explicit ReplicaJob(bool overlaps) {
+    JobOptions options;
+    options.default_policy.trigger = Trigger{Trigger::Kind::kManual};
+    options.speed.overlap.enabled = overlaps;
+    dynmo::v1::RegisterRequest first = Reg(0);
+    first.set_pipeline_size(2);
+    first.set_data_parallel_size(2);
+    first.set_num_layers(10);
+    machine = std::make_unique<JobMachine>(first, options, &journal);
+    FeedReplicas(*machine, 2, 2, {1, 1, 1, 2}, {1, 1, 1, 1 / 0.3}, 10, 30);
+  }
+  Journal journal;
+  std::unique_ptr<JobMachine> machine;
+};
+
+// The layers win: rank 3 runs at 0.3, stage 1 at its slowest replica's
+// speed, and the exact split for speeds {1, 0.3} puts 8 of 10 equal layers
+// on stage 0 (max(8, 2 / 0.3) = 8 beats max(7, 3 / 0.3) = 10); the probe
+// alone would have said 0,7,10.
+TEST(JobMachineSpeedTest, TheLayersTheReplicasShareCorrectTheProbe) {
+  ReplicaJob job(/*overlaps=*/true);
+  JobMachine& m = *job.machine;
+  EXPECT_NEAR(m.speeds().speed(3), 0.3, 0.3 * 0.01);
+  EXPECT_GT(m.speeds().speed(2), 0.99);
+  // The layers run (1 / 0.3) / 2 = 1.67x slower than rank 3's probe says.
+  EXPECT_NEAR(m.speeds().correction(3) / m.speeds().correction(2), 1 / (0.3 * 2), 0.02);
+  JobEffects decide;
+  auto r = m.Rebalance(absl::UnixEpoch(), &decide);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->issued()) << r->detail();
+  EXPECT_EQ(Ints(r->plan().boundaries()), (std::vector<int>{0, 8, 10}));
+}
+
+// With the layers' evidence turned off the probe's 0.5 stands, and stage
+// 1's layers, measured 1/0.3 slower there, are priced 0.5 / 0.3 = 1.67
+// times what they cost at speed 1.
+TEST(JobMachineSpeedTest, WithoutOverlapsTheProbeAloneDecides) {
+  ReplicaJob job(/*overlaps=*/false);
+  EXPECT_NEAR(job.machine->speeds().speed(3), 0.5, 1e-9);
+  EXPECT_EQ(job.machine->speeds().correction(3), 1.0);
+}
+
 TEST(JobMachineSpeedTest, AProbeThatIsNotFiniteIsRefused) {
   JobOptions options;
   Journal journal;
