@@ -1,5 +1,6 @@
 // The flags of every program that reaches the coordinator as a client
-// (dynmo-train's ranks, dynmo-launch's relay), declared once here:
+// (dynmo-train's ranks, dynmo-launch's relay, dynmo-ctl, dynmo-loadgen),
+// declared once here:
 //
 //   --coordinator_token_file F       bearer token for a secured coordinator
 //   --coordinator_tls_ca F           PEM CA of its certificate (enables TLS)

@@ -13,6 +13,10 @@
 //   dynmo-ctl --coordinator ADDR policy NAME [--balancer B] [--trigger T]
 //             [--repack] [--repack_tolerance X] [--elastic release|reshape]
 //
+// A secured coordinator: --coordinator_token_file, --coordinator_tls_ca,
+// --coordinator_tls_cert / _key, --coordinator_tls_server_name (the flags
+// every client shares, cli/coordinator_flags.h).
+//
 // A readable table by default; --json prints the response message as JSON
 // (protobuf's canonical mapping). Exit status 0 on success, 1 on an RPC
 // error (its code and message on stderr), 2 on a usage error.
@@ -33,6 +37,7 @@
 #include "absl/time/time.h"
 #include "agent/channel.h"
 #include "cli/address.h"
+#include "cli/coordinator_flags.h"
 #include "cli/flag_parse.h"
 #include "cli/program_info.h"
 #include "dynmo/v1/operator.grpc.pb.h"
@@ -42,11 +47,6 @@
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:50051", "coordinator address");
 ABSL_FLAG(bool, json, false, "print JSON instead of a table");
-ABSL_FLAG(std::string, token_file, "", "bearer token file");
-ABSL_FLAG(std::string, tls_ca, "", "PEM CA of the coordinator (enables TLS)");
-ABSL_FLAG(std::string, tls_cert, "", "PEM client certificate (mutual TLS)");
-ABSL_FLAG(std::string, tls_key, "", "PEM client key (mutual TLS)");
-ABSL_FLAG(std::string, tls_server_name, "", "expected server name in its cert");
 ABSL_FLAG(std::string, holder, "", "claim/return: the lease holder");
 ABSL_FLAG(int64_t, lease_seconds, 3600, "claim: lease length");
 ABSL_FLAG(bool, all, false, "released: include claimed GPUs");
@@ -260,17 +260,19 @@ int main(int argc, char** argv) {
   std::vector<std::string> args(pos.begin() + 2, pos.end());
   const bool json = absl::GetFlag(FLAGS_json);
 
-  if (!absl::GetFlag(FLAGS_token_file).empty()) {
-    absl::StatusOr<std::string> t =
-        agent::ReadToken(absl::GetFlag(FLAGS_token_file));
+  // Token and TLS: the --coordinator_* flags every client shares.
+  absl::StatusOr<cli::CoordinatorClientFlags> client = cli::ReadCoordinatorClientFlags();
+  if (!client.ok()) return Usage(std::string(client.status().message()));
+  if (!client->token_file.empty()) {
+    absl::StatusOr<std::string> t = agent::ReadToken(client->token_file);
     if (!t.ok()) return Usage(std::string(t.status().message()));
     token = *t;
   }
   agent::ChannelOptions co;
-  co.tls_ca = absl::GetFlag(FLAGS_tls_ca);
-  co.tls_cert = absl::GetFlag(FLAGS_tls_cert);
-  co.tls_key = absl::GetFlag(FLAGS_tls_key);
-  co.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
+  co.tls_ca = client->tls_ca;
+  co.tls_cert = client->tls_cert;
+  co.tls_key = client->tls_key;
+  co.tls_server_name = client->tls_server_name;
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
       agent::MakeChannel(absl::GetFlag(FLAGS_coordinator), co);
   if (!channel.ok()) return Usage(std::string(channel.status().message()));

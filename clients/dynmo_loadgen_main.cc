@@ -48,6 +48,7 @@
 #include "agent/channel.h"
 #include "agent/host_agent.h"
 #include "cli/address.h"
+#include "cli/coordinator_flags.h"
 #include "cli/flag_parse.h"
 #include "cli/program_info.h"
 #include "coordinator/core/measures.h"
@@ -74,13 +75,6 @@ ABSL_FLAG(int, queue_capacity, 64, "agent sample queue");
 ABSL_FLAG(int, microbatches, 8, "micro-batches per iteration (registered)");
 ABSL_FLAG(double, connect_timeout_s, 60, "wait this long for every session");
 ABSL_FLAG(double, drain_s, 2, "after the last iteration, let reports drain");
-ABSL_FLAG(std::string, tls_ca, "", "PEM CA (enables TLS)");
-ABSL_FLAG(std::string, tls_cert, "", "PEM client certificate (mutual TLS)");
-ABSL_FLAG(std::string, tls_key, "", "PEM client key (mutual TLS)");
-ABSL_FLAG(std::string, tls_server_name, "", "expected server name");
-ABSL_FLAG(std::string, token_file, "",
-          "bearer token the simulated agents present (the coordinator's "
-          "--agent_token_file, else its --token_file)");
 ABSL_FLAG(std::string, host_prefix, "sim-host-", "simulated host names");
 ABSL_FLAG(int, threads, 2, "threads that send the simulated reports");
 ABSL_FLAG(int, ranks_per_session, 1,
@@ -197,14 +191,19 @@ int main(int argc, char** argv) {
                             stages, " stages"));
   }
 
+  // Token and TLS: the --coordinator_* flags every client shares; the
+  // token is the agents' (the coordinator's --agent_token_file, else its
+  // --token_file).
+  absl::StatusOr<cli::CoordinatorClientFlags> client = cli::ReadCoordinatorClientFlags();
+  if (!client.ok()) return Die(std::string(client.status().message()));
   agent::ChannelOptions co;
-  co.tls_ca = absl::GetFlag(FLAGS_tls_ca);
-  co.tls_cert = absl::GetFlag(FLAGS_tls_cert);
-  co.tls_key = absl::GetFlag(FLAGS_tls_key);
-  co.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
+  co.tls_ca = client->tls_ca;
+  co.tls_cert = client->tls_cert;
+  co.tls_key = client->tls_key;
+  co.tls_server_name = client->tls_server_name;
   std::string token;
-  if (const std::string path = absl::GetFlag(FLAGS_token_file); !path.empty()) {
-    absl::StatusOr<std::string> t = agent::ReadToken(path);
+  if (!client->token_file.empty()) {
+    absl::StatusOr<std::string> t = agent::ReadToken(client->token_file);
     if (!t.ok()) return Die(std::string(t.status().message()));
     token = *t;
   }

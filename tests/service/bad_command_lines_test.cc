@@ -77,7 +77,8 @@ TEST_F(BadCommandLinesTest, Ctl) {
        {"--timeout_s=-1 jobs", "--timeout_s=abc jobs", "--timeout_s=nan jobs",
         "--lease_seconds=-5 claim gpu-1 --holder=me", "--coordinator=bad::: jobs",
         "--coordinator='[::1' jobs", "jobs extra", "released extra", "job a b", "--nosuch jobs", "",
-        "frobnicate"}) {
+        "frobnicate", "--coordinator_tls_cert=c.pem jobs", "--tls_ca=ca.pem jobs",
+        "--coordinator_token_file=/no/such/token jobs"}) {
     ExpectOneLineAndExit2("dynmo-ctl", args);
   }
 }
@@ -85,7 +86,9 @@ TEST_F(BadCommandLinesTest, Ctl) {
 TEST_F(BadCommandLinesTest, Loadgen) {
   for (const std::string args :
        {"--coordinator=bad::: --job=j --scenario=moe", "--agents=abc --scenario=moe",
-        "--scenario=moe extra", "--drain_s=-1 --scenario=moe", "--nosuch=1"}) {
+        "--scenario=moe extra", "--drain_s=-1 --scenario=moe", "--nosuch=1",
+        "--coordinator_tls_key=k.pem --scenario=moe",
+        "--coordinator_token_file=/no/such/token --scenario=moe"}) {
     ExpectOneLineAndExit2("dynmo-loadgen", args);
   }
 }

@@ -212,7 +212,7 @@ TEST_F(DaemonTest, RepackingReleasesRanksThatCtlReleasedShows) {
 // each event with its fields.
 TEST_F(DaemonTest, EveryDecisionIsOneJsonEventLineWithItsFields) {
   std::ofstream(dir_ + "/token") << "t0ken\n";
-  const std::string token = " --token_file=" + dir_ + "/token";
+  const std::string token = " --coordinator_token_file=" + dir_ + "/token";
   StartDaemon({"--log_format=json", "--token_file=" + dir_ + "/token"});
   WaitReady(token);
   const std::string trace = WriteSkewedTrace(dir_, 50);
@@ -429,32 +429,32 @@ TEST_F(DaemonTest, MutualTlsAndTokenAreEnforced) {
   StartDaemon({"--tls_cert=" + d + "/server.pem", "--tls_key=" + d + "/server.key",
                "--tls_client_ca=" + d + "/ca.pem", "--token_file=" + d + "/token"});
   const std::string tls = absl::StrCat(
-      "--tls_ca=", d, "/ca.pem --tls_cert=", d, "/client.pem --tls_key=", d,
-      "/client.key --tls_server_name=localhost --timeout_s=3");
-  WaitReady(tls + " --token_file=" + d + "/token");
-  EXPECT_EQ(Ctl("jobs", tls + " --token_file=" + d + "/token").rc, 0);
+      "--coordinator_tls_ca=", d, "/ca.pem --coordinator_tls_cert=", d, "/client.pem --coordinator_tls_key=", d,
+      "/client.key --coordinator_tls_server_name=localhost --timeout_s=3");
+  WaitReady(tls + " --coordinator_token_file=" + d + "/token");
+  EXPECT_EQ(Ctl("jobs", tls + " --coordinator_token_file=" + d + "/token").rc, 0);
   Result no_token = Ctl("jobs", tls);
   EXPECT_EQ(no_token.rc, 1);
   EXPECT_NE(no_token.out.find("code 16"), std::string::npos) << no_token.out;
   // TLS without a client certificate is refused by mutual TLS.
-  EXPECT_NE(Ctl("jobs", absl::StrCat("--tls_ca=", d,
-                                     "/ca.pem --tls_server_name=localhost "
-                                     "--timeout_s=2 --token_file=",
+  EXPECT_NE(Ctl("jobs", absl::StrCat("--coordinator_tls_ca=", d,
+                                     "/ca.pem --coordinator_tls_server_name=localhost "
+                                     "--timeout_s=2 --coordinator_token_file=",
                                      d, "/token"))
                 .rc,
             0);
   // Agents speak mutual TLS too, and carry the token.
   Result lg = Shell(absl::StrCat(
-      bin_, "/dynmo-loadgen --coordinator=", address_, " --token_file=", d, "/token",
+      bin_, "/dynmo-loadgen --coordinator=", address_, " --coordinator_token_file=", d, "/token",
       " --job=tls --agents=4 --iterations=20 --iteration_ms=10 --drain_s=0.3 ",
-      "--scenario=moe --layers=8 --tls_ca=", d, "/ca.pem --tls_cert=", d,
-      "/client.pem --tls_key=", d, "/client.key --tls_server_name=localhost"));
+      "--scenario=moe --layers=8 --coordinator_tls_ca=", d, "/ca.pem --coordinator_tls_cert=", d,
+      "/client.pem --coordinator_tls_key=", d, "/client.key --coordinator_tls_server_name=localhost"));
   ASSERT_EQ(lg.rc, 0) << lg.out;
   nlohmann::json summary = nlohmann::json::parse(lg.out);
   EXPECT_EQ(summary["connects"].get<int>(), 4);
   EXPECT_EQ(summary["reports_sent"].get<int>(), 80);
   // Plaintext against a TLS port fails too.
-  EXPECT_NE(Ctl("jobs", "--timeout_s=2 --token_file=" + d + "/token").rc, 0);
+  EXPECT_NE(Ctl("jobs", "--timeout_s=2 --coordinator_token_file=" + d + "/token").rc, 0);
 }
 
 }  // namespace

@@ -53,16 +53,17 @@ struct SecuredFiles {
     return {"--principals_file=" + Path("principals"), "--tls_cert=" + Path("server.pem"),
             "--tls_key=" + Path("server.key"), "--tls_client_ca=" + Path("ca.pem")};
   }
-  // A client's TLS flags under `prefix` ("--coordinator_" for dynmo-train
-  // and dynmo-launch, "--" for dynmo-ctl).
-  std::vector<std::string> TlsFlags(const std::string& prefix) const {
-    return {prefix + "tls_ca=" + Path("ca.pem"), prefix + "tls_cert=" + Path("client.pem"),
-            prefix + "tls_key=" + Path("client.key"), prefix + "tls_server_name=localhost"};
+  // A client's TLS flags (every client's, cli/coordinator_flags.h).
+  std::vector<std::string> TlsFlags() const {
+    return {"--coordinator_tls_ca=" + Path("ca.pem"),
+            "--coordinator_tls_cert=" + Path("client.pem"),
+            "--coordinator_tls_key=" + Path("client.key"),
+            "--coordinator_tls_server_name=localhost"};
   }
   // dynmo-ctl's flags, as the operator.
   std::string CtlFlags() const {
-    std::string out = "--token_file=" + Path("ops_token");
-    for (const std::string& f : TlsFlags("--")) out += " " + f;
+    std::string out = "--coordinator_token_file=" + Path("ops_token");
+    for (const std::string& f : TlsFlags()) out += " " + f;
     return out;
   }
 };
@@ -86,7 +87,7 @@ struct SecuredFiles {
 class CoordinatorDaemon {
  public:
   // `flags`: the daemon's, after --listen. `ctl_flags`: what dynmo-ctl
-  // needs to be let in (--token_file, --tls_*). Its stdout and stderr are
+  // needs to be let in (--coordinator_token_file, --coordinator_tls_*). Its stdout and stderr are
   // appended to `log` ("": inherited).
   CoordinatorDaemon(int port, std::vector<std::string> flags, std::string ctl_flags,
                     std::string log = "")

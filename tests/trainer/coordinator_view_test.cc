@@ -34,7 +34,7 @@ TEST(CoordinatorViewTest, TheCoordinatorSeesWhatTheRanksMeasured) {
   const std::string token_file = TempPath("view_token");
   std::ofstream(token_file) << "view-s3cret\n";
   CoordinatorDaemon daemon(FreePort(), {"--trigger=manual", "--token_file=" + token_file},
-                           "--token_file=" + token_file);
+                           "--coordinator_token_file=" + token_file);
   ASSERT_TRUE(daemon.WaitReady()) << "dynmo-coordinator did not come up";
   const int microbatches = 4;
   JobResult r = RunJob(

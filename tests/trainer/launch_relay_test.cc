@@ -130,7 +130,7 @@ TEST(LaunchRelayTest, TheRelayCarriesTokenAndMutualTlsToASecuredCoordinator) {
   std::vector<std::string> launcher = {"--nproc=2", "--job=relayed-secured",
                                        "--coordinator=" + daemon.address(),
                                        "--coordinator_token_file=" + files.Path("train_token")};
-  for (const std::string& f : files.TlsFlags("--coordinator_")) launcher.push_back(f);
+  for (const std::string& f : files.TlsFlags()) launcher.push_back(f);
   Launch run(launcher, SmallJob({"--steps=40", "--initial_boundaries=0,5,6"}));
   ASSERT_EQ(run.Wait(std::chrono::seconds(240)), 0)
       << run.Output() << ReadFile(files.Path("coordinator.log"));

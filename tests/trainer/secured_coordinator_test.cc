@@ -40,7 +40,7 @@ class SecuredCoordinatorTest : public ::testing::Test {
         "--layer_clock=cpu", "--pp=2", "--initial_boundaries=0,9,10", "--timeout_s=60",
         "--coordinator=" + daemon_->address(), "--job=" + name,
         "--coordinator_connect_timeout_s=30"};
-    for (const std::string& f : files_.TlsFlags("--coordinator_")) flags.push_back(f);
+    for (const std::string& f : files_.TlsFlags()) flags.push_back(f);
     flags.insert(flags.end(), extra.begin(), extra.end());
     return flags;
   }
