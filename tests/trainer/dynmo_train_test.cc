@@ -205,6 +205,8 @@ TEST(DynmoTrainTest, BadFlagsAndInconsistentConfigsGiveOneLineErrors) {
        "--backend=nccl needs a CUDA device"},
       {0, TinyModel({"--device=tpu"}), "--device must be auto, cpu, cuda or cuda:N"},
       {0, TinyModel({"--test_migrate_every=2"}), "needs --test_migration_boundaries"},
+      {0, TinyModel({"--perfetto_out=/tmp", "--perfetto_iterations=0"}),
+       "--perfetto_iterations in [1, 1000]"},
       {2, TinyModel({"--pp=2", "--test_migrate_every=2", "--test_migration_boundaries=0,6"}),
        "--test_migration_boundaries entry 0,6"},
   };

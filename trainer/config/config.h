@@ -60,6 +60,11 @@ struct TrainerConfig {
   std::string data;  // a .txt file (byte tokens) or a Megatron .bin/.idx prefix
   core::Boundaries initial_boundaries;  // empty: uniform
   std::string log_json;                 // empty: no JSON log
+  // Every rank's real schedule as a chrome trace (stage/op_timeline.h):
+  // DIR/rank<R>_trace.json over [perfetto_first, + perfetto_iterations).
+  std::string perfetto_out;             // empty: none
+  int64_t perfetto_first = 2;
+  int64_t perfetto_iterations = 4;
   int log_interval = 1;                 // iterations per progress line
   int intra_op_threads = 1;
   int timeout_s = 300;  // collective / point-to-point timeout

@@ -37,6 +37,11 @@ ABSL_FLAG(double, memory_capacity_gb, 0,
 ABSL_FLAG(std::string, trace, "",
           "rank 0 writes every iteration's per-layer profile to FILE "
           "(JSON Lines, what dynmo-sim --trace replays)");
+ABSL_FLAG(std::string, perfetto_out, "",
+          "every rank writes its real schedule over --perfetto_iterations iterations "
+          "from --perfetto_first to DIR/rank<R>_trace.json (chrome trace: Perfetto)");
+ABSL_FLAG(int64_t, perfetto_first, 2, "first iteration --perfetto_out records");
+ABSL_FLAG(int64_t, perfetto_iterations, 4, "iterations --perfetto_out records (1..1000)");
 ABSL_FLAG(bool, profile_layers, true,
           "clock every layer's forward and backward (false: one clock per stage pass)");
 
@@ -51,6 +56,14 @@ absl::Status ReadRuntimeFlags(TrainerConfig& c) {
   c.device = absl::GetFlag(FLAGS_device);
   c.layer_clock = absl::GetFlag(FLAGS_layer_clock);
   c.speed_probe_every = absl::GetFlag(FLAGS_speed_probe_every);
+  c.perfetto_out = absl::GetFlag(FLAGS_perfetto_out);
+  c.perfetto_first = absl::GetFlag(FLAGS_perfetto_first);
+  c.perfetto_iterations = absl::GetFlag(FLAGS_perfetto_iterations);
+  if (c.perfetto_first < 0 || c.perfetto_iterations < 1 || c.perfetto_iterations > 1000) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--perfetto_first must be >= 0 and --perfetto_iterations in [1, 1000], got ",
+        c.perfetto_first, " and ", c.perfetto_iterations));
+  }
   if (c.speed_probe_every < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--speed_probe_every must be >= 0 (0: never), got ", c.speed_probe_every));

@@ -363,6 +363,20 @@ absl::Status RunTraining(const TrainerConfig& requested, const DistEnv& env,
   }
   IterationReporter reporter(config, *device, memory_capacity);
   int64_t epoch = 0;
+  // --perfetto_out: this rank's real schedule over a window of iterations.
+  std::optional<OpTimeline> timeline;
+  bool timeline_written = false;
+  if (!config.perfetto_out.empty()) {
+    timeline.emplace(config.perfetto_first, config.perfetto_iterations);
+    stage.set_timeline(&*timeline);
+  }
+  auto write_timeline = [&]() -> absl::Status {
+    if (!timeline || timeline_written) return absl::OkStatus();
+    timeline_written = true;
+    return timeline->Write(
+        absl::StrCat(config.perfetto_out, "/rank", env.rank, "_trace.json"), env.rank,
+        pos.stage);
+  };
   // Algorithm 1: at each iteration boundary apply the layout change due
   // (migrating layers, re-packing), then train one iteration and report it.
   for (int64_t iter = first_iter; iter < config.steps; ++iter) {
@@ -394,6 +408,10 @@ absl::Status RunTraining(const TrainerConfig& requested, const DistEnv& env,
       }
       const bool is_rank0 = *transport != nullptr && (*transport)->rank() == 0;
       source->Applied(iter, change, was_rank0 || (change.step.releases() && is_rank0));
+      if (timeline && timeline->Covers(iter)) {
+        timeline->Instant("plan applied", iter,
+                          absl::StrCat("boundaries ", absl::StrJoin(change.step.to.boundaries, ",")));
+      }
       layout = change.step.to;
       *boundaries = layout.boundaries;
       epoch = change.epoch ? static_cast<int64_t>(*change.epoch) : epoch + 1;
@@ -407,6 +425,9 @@ absl::Status RunTraining(const TrainerConfig& requested, const DistEnv& env,
     const int active_pp = static_cast<int>(layout.active_stages.size());
     StageIterationStats stats;
     if (absl::Status s = stage.RunIteration(iter, &stats); !s.ok()) return s;
+    if (timeline && iter + 1 >= config.perfetto_first + config.perfetto_iterations) {
+      if (absl::Status s = write_timeline(); !s.ok()) return s;
+    }
     // The speed probe, timed like the layers, every few iterations.
     const double probe_s =
         config.speed_probe_every > 0 && iter % config.speed_probe_every == 0 ? probe.Run() : 0;
@@ -430,6 +451,7 @@ absl::Status RunTraining(const TrainerConfig& requested, const DistEnv& env,
       return s;
     }
   }
+  if (absl::Status s = write_timeline(); !s.ok()) return s;
   return (*transport)->Barrier();
 }
 

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <optional>
 #include <unordered_set>
 #include <utility>
 
@@ -154,7 +155,18 @@ absl::Status PipelineStage::RunIteration(int64_t iter, StageIterationStats* stat
     // meter's reporter saw allocated is also freed under it.
     ActivationMeter::Scope measured(meter_);
     for (OwnedLayer& owned : layers_) owned.optimizer->zero_grad();
-    s = RunOneFOneB(stage_, num_stages_, config_.microbatches, observed);
+    std::optional<TimedOps> timed;
+    if (timeline_ != nullptr && timeline_->Covers(iter)) {
+      std::function<void()> sync;
+      if (device_.is_cuda()) {
+        // host-sync(event): only in --perfetto_out's window, so that each slice is the
+        //   device's time, not the launch's
+        sync = [device = device_] { SynchronizeDevice(device); };
+      }
+      timed.emplace(observed, *timeline_, stage_, num_stages_, iter, std::move(sync));
+    }
+    s = RunOneFOneB(stage_, num_stages_, config_.microbatches,
+                    timed ? static_cast<StageOps&>(*timed) : observed);
   }
   if (!s.ok()) return s;
   // One read of the device per iteration: every clock and the loss.

@@ -38,6 +38,7 @@
 #include "trainer/stage/activation_meter.h"
 #include "trainer/stage/layer_clock.h"
 #include "trainer/stage/one_f_one_b.h"
+#include "trainer/stage/op_timeline.h"
 #include "trainer/state/layer_migration.h"
 
 namespace dynmo::trainer {
@@ -77,6 +78,9 @@ class PipelineStage : public StageOps {
   // Zeroes gradients, runs the 1F1B schedule for iteration `iter`, averages
   // gradients over the dp group and steps every layer's optimizer.
   absl::Status RunIteration(int64_t iter, StageIterationStats* stats);
+  // Times every schedule operation of the iterations `timeline` covers
+  // (op_timeline.h; null: none). It must outlive the stage's iterations.
+  void set_timeline(OpTimeline* timeline) { timeline_ = timeline; }
 
   // Moves layers at an iteration boundary: walks `plan` in order, sending
   // the layers this stage gives away and receiving the ones it gains (with
@@ -176,6 +180,7 @@ class PipelineStage : public StageOps {
   std::vector<OwnedLayer> layers_;  // ids first_layer_, first_layer_ + 1, ...
   std::vector<InFlight> in_flight_;
   std::vector<std::unique_ptr<Dynamism>> dynamisms_;
+  OpTimeline* timeline_ = nullptr;
   int frozen_prefix_ = 0;    // StageView::frozen_prefix (freezing.h)
   bool early_exit_ = false;  // the token mask travels with activations
   int64_t iter_ = 0;
