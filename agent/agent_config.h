@@ -61,6 +61,9 @@ struct IterationSample {
   // Seconds of the rank's speed probe this iteration (a fixed kernel timed
   // like the layers); 0 = not probed.
   double probe_s = 0;
+  // Seconds this iteration in point-to-point exchanges (waiting included),
+  // all micro-batches; 0 = not measured.
+  double exchange_s = 0;
 };
 
 struct AgentStats {

@@ -64,15 +64,17 @@ absl::Status RankState::Report(const IterationSample& s) {
     wire::LayerCostToSample(l, r.add_layers());
   }
   if (s.memory_used_bytes < 0 || s.memory_capacity_bytes < 0 ||
-      !FiniteNonNegative(s.neighbour_wait_s) || !FiniteNonNegative(s.probe_s)) {
+      !FiniteNonNegative(s.neighbour_wait_s) || !FiniteNonNegative(s.probe_s) ||
+      !FiniteNonNegative(s.exchange_s)) {
     return absl::InvalidArgumentError(
-        "memory must be >= 0 and neighbour_wait_s and probe_s finite and >= 0");
+        "memory must be >= 0 and neighbour_wait_s, probe_s and exchange_s finite and >= 0");
   }
   r.set_stage_memory_used_bytes(s.memory_used_bytes);
   r.set_stage_memory_capacity_bytes(s.memory_capacity_bytes);
   r.set_neighbour_wait_s(s.neighbour_wait_s);
   r.set_model_changed(s.model_changed);
   r.set_probe_s(s.probe_s);
+  r.set_exchange_s(s.exchange_s);
   r.set_applied_epoch(applied_epoch_);
   last_iteration_ = std::max(last_iteration_, s.iteration);
   // The trainer ran the plan's apply iteration without switching.

@@ -40,6 +40,10 @@ absl::Status ValidateModel(const PipelineModel& model) {
       return absl::InvalidArgumentError(absl::StrCat(
           "stage ", s, " has speed ", st.speed, "; speeds must be > 0"));
     }
+    if (!FiniteNonNegative(st.exchange_s)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "stage ", s, " has exchange_s ", st.exchange_s, "; must be finite and >= 0"));
+    }
     if (st.inflight_microbatches < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("stage ", s, " has negative in-flight micro-batches"));
@@ -101,7 +105,7 @@ LayerPrefix::LayerPrefix(absl::Span<const LayerCost> layers) {
 
 double StageTime(const LayerPrefix& prefix, const StageSpec& stage,
                  const LinkSpec& link, int s, int num_stages, int i, int j) {
-  double t = prefix.time(i, j) / stage.speed;
+  double t = (prefix.time(i, j) + stage.exchange_s) / stage.speed;
   if (s + 1 < num_stages) t += link.exposed_transfer_s();
   return t;
 }

@@ -37,6 +37,11 @@ struct LayerCost {
 struct StageSpec {
   int64_t capacity_bytes = -1;
   double speed = 1.0;  // relative throughput; 0.5 = a straggler at half speed
+  // Seconds per micro-batch at speed 1 the stage spends sending and
+  // receiving its point-to-point exchanges (the host work of the copies and
+  // the transport, not waiting): on the stage's own device, so divided by
+  // its speed like its layers. 0 = free (no measurement).
+  double exchange_s = 0;
   // Micro-batches whose activations this stage holds at its peak (1F1B: p-s).
   // Counts activation_bytes into the memory cap; 0 = caps cover resident only.
   int inflight_microbatches = 0;

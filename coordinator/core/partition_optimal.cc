@@ -90,11 +90,11 @@ class StageOracle {
   }
   // True when no layer in [a, b] is too big to sit alone on stage s at
   // `bound`. Conservative (uses separate maxima of the memory terms): false
-  // only means "look closer". x -> x / speed + link is monotone in floating
+  // only means "look closer". x -> (x + exchange) / speed + link is monotone in floating
   // point, so the time test is exact.
   bool AllLive(int s, int a, int b, double bound) const {
     const StageSpec& st = model_.stages[s];
-    const double t = single_time_.Max(a, b) / st.speed +
+    const double t = (single_time_.Max(a, b) + st.exchange_s) / st.speed +
                      (s + 1 < k_ ? model_.link.exposed_transfer_s() : 0.0);
     if (!(t <= bound)) return false;
     if (st.capacity_bytes < 0) return true;

@@ -37,7 +37,10 @@ JobMachine::JobMachine(JobShape shape, const JobOptions& options,
                 shape.pipeline_size * shape.data_parallel_size, epoch),
       speeds_(shape.pipeline_size * shape.data_parallel_size, options.speed),
       overlaps_(shape.pipeline_size * shape.data_parallel_size, shape.num_layers,
-                options.speed.overlap) {}
+                options.speed.overlap),
+      exchange_s_(static_cast<size_t>(
+                      std::max(0, shape.pipeline_size * shape.data_parallel_size)),
+                  0.0) {}
 
 JobMachine::JobMachine(const dynmo::v1::RegisterRequest& first,
                        const JobOptions& options, JobJournal* journal,
@@ -200,6 +203,12 @@ void JobMachine::ApplyReport(int rank, const dynmo::v1::IterationReport& report,
   }
   // A layer measured t on a rank of speed s costs t * s at speed 1.
   const double speed = speeds_.speed(rank);
+  if (active && report.exchange_s() > 0) {
+    // Per micro-batch at speed 1, smoothed like the layers' costs.
+    const double x = report.exchange_s() / std::max(1, layout_.microbatches) * speed;
+    double& kept = exchange_s_[static_cast<size_t>(rank)];
+    kept = kept > 0 ? kept + options_.smoothing * (x - kept) : x;
+  }
   for (const auto& l : report.layers()) {
     if (!active) break;
     // Check() validated the layers against the job's.
@@ -298,6 +307,20 @@ absl::StatusOr<core::PipelineModel> JobMachine::ModelAt(
     model->stages[i].speed = *std::min_element(position_speeds.begin() + i * dp,
                                                position_speeds.begin() + (i + 1) * dp);
   }
+  // Every stage's exchanges cost what the rank that waits least measured
+  // (the bottleneck's are nearly all sending and receiving), at speed 1;
+  // a one-stage pipeline exchanges nothing.
+  double exchange = 0;
+  if (model->stages.size() > 1) {
+    for (int k = 0; k < roster_.size(); ++k) {
+      const double x = exchange_s_[static_cast<size_t>(k)];
+      if (x > 0 && roster_.at(k).registered &&
+          RankRoster::IsActiveStage(layout_.active_stages, roster_.at(k).pipeline_rank)) {
+        exchange = exchange > 0 ? std::min(exchange, x) : x;
+      }
+    }
+  }
+  for (core::StageSpec& stage : model->stages) stage.exchange_s = exchange;
   return model;
 }
 

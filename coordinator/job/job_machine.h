@@ -313,6 +313,9 @@ class JobMachine {
   // refitted at most once per iteration, on a report that carries a probe.
   core::LayerOverlaps overlaps_;
   int64_t overlaps_fitted_iteration_ = -1;
+  // Per rank: its exchanges' seconds per micro-batch at speed 1, smoothed
+  // (0 = never measured); ModelAt prices every stage at the smallest.
+  std::vector<double> exchange_s_;
   int64_t reports_ = 0;
 };
 

@@ -173,6 +173,9 @@ absl::Status ValidateReport(const dynmo::v1::IterationReport& report,
     return Invalid(absl::StrCat("neighbour_wait_s must be finite, >= 0 and <= ",
                                 kMaxLayerSeconds));
   }
+  if (!Seconds(report.exchange_s())) {
+    return Invalid(absl::StrCat("exchange_s must be finite, >= 0 and <= ", kMaxLayerSeconds));
+  }
   return absl::OkStatus();
 }
 

@@ -90,7 +90,7 @@ BruteForce Solve(const PipelineModel& m, const Boundaries* current) {
 }
 
 PipelineModel RandomModel(std::mt19937_64& rng, bool caps, bool speeds,
-                          bool link) {
+                          bool link, bool exchange = false) {
   std::uniform_int_distribution<int> nd(1, 9);
   const int n = nd(rng);
   std::uniform_int_distribution<int> kd(1, n);
@@ -114,6 +114,7 @@ PipelineModel RandomModel(std::mt19937_64& rng, bool caps, bool speeds,
   for (int s = 0; s < k; ++s) {
     StageSpec st;
     if (speeds) st.speed = std::round(sd(rng) * 4) / 4;
+    if (exchange) st.exchange_s = td(rng) * 0.125;
     if (caps) {
       st.capacity_bytes = cd(rng) * 2;
       st.inflight_microbatches = k - s;
@@ -175,8 +176,8 @@ TEST(PartitionOptimal, MatchesBruteForceBottleneckAndMovedBytes) {
   int checked = 0;
   for (int trial = 0; trial < 4000; ++trial) {
     const bool caps = trial % 2 == 1, speeds = trial % 3 == 1,
-               link = trial % 5 == 2;
-    PipelineModel m = RandomModel(rng, caps, speeds, link);
+               link = trial % 5 == 2, exchange = trial % 7 == 3;
+    PipelineModel m = RandomModel(rng, caps, speeds, link, exchange);
     const int n = static_cast<int>(m.layers.size());
     const int k = static_cast<int>(m.stages.size());
     Boundaries current = PartitionUniform(n, k);
@@ -235,6 +236,26 @@ TEST(PartitionOptimal, HonoursStageSpeeds) {
   auto got = PartitionOptimal(m, nullptr);
   ASSERT_TRUE(got.ok());
   EXPECT_EQ(*got, (Boundaries{0, 4, 6}));
+}
+
+// Exchanges run on the stage's device: a slow stage pays them at its
+// speed. 9 equal layers, stage 1 at half speed: without exchanges 6 | 3
+// (max(6, 3 / 0.5) = 6); with 2 per micro-batch on each stage 6 | 3 costs
+// max(8, 5 / 0.5) = 10 and 7 | 2 max(9, 4 / 0.5) = 9, the optimum.
+TEST(PartitionOptimal, ExchangesArePricedAtTheStagesSpeed) {
+  PipelineModel m = ModelFromTimes(std::vector<double>(9, 1.0), 2);
+  m.stages[1].speed = 0.5;
+  auto plain = PartitionOptimal(m, nullptr);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(*plain, (Boundaries{0, 6, 9}));
+  m.stages[0].exchange_s = 2;
+  m.stages[1].exchange_s = 2;
+  auto with = PartitionOptimal(m, nullptr);
+  ASSERT_TRUE(with.ok());
+  EXPECT_EQ(*with, (Boundaries{0, 7, 9}));
+  EXPECT_DOUBLE_EQ(Bottleneck(StageLoads(m, *with)), 9.0);
+  m.stages[1].exchange_s = -1;
+  EXPECT_FALSE(ValidateModel(m).ok());
 }
 
 TEST(PartitionOptimal, InfeasibleCapsNameTheLayer) {

@@ -2,6 +2,7 @@
 // out; durability through a journal the test controls.
 #include "coordinator/job/job_machine.h"
 
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -350,7 +351,8 @@ TEST(JobMachineSpeedTest, RepackingReleasesTheSlowRankFirst) {
 // split; rank = stage * dp + replica). Rank r's probe takes `probe_slow[r]`
 // times the fast one's, its layers `layer_slow[r]` times; fed `iterations`.
 void FeedReplicas(JobMachine& m, int pp, int dp, const std::vector<double>& probe_slow,
-                  const std::vector<double>& layer_slow, int layers, int iterations) {
+                  const std::vector<double>& layer_slow, int layers, int iterations,
+                  const std::vector<double>& exchange_s = {}) {
   const int n = pp * dp;
   std::vector<dynmo::v1::RegisterRequest> regs;
   for (int rank = 0; rank < n; ++rank) {
@@ -379,6 +381,7 @@ void FeedReplicas(JobMachine& m, int pp, int dp, const std::vector<double>& prob
     for (int r = 0; r < n; ++r) {
       reports[r].set_iteration(it);
       reports[r].set_probe_s(0.001 * probe_slow[r]);
+      if (!exchange_s.empty()) reports[r].set_exchange_s(exchange_s[r]);
       const int stage = r / dp;
       for (int l = stage * per_stage; l < (stage + 1) * per_stage; ++l) {
         auto* s = reports[r].add_layers();
@@ -439,7 +442,30 @@ TEST(JobMachineSpeedTest, WithoutOverlapsTheProbeAloneDecides) {
   EXPECT_EQ(job.machine->speeds().correction(3), 1.0);
 }
 
-TEST(JobMachineSpeedTest, AProbeThatIsNotFiniteIsRefused) {
+// Exchanges run on the rank's device too. Two one-rank stages over 10
+// equal layers (0.03 s a micro-batch each at speed 1), rank 1 at half
+// speed. Rank 0 spends 0.36 s an iteration exchanging (4 micro-batches:
+// 0.09 each, 3 layers' worth), rank 1 more (it waits). Priced at the least
+// (0.09 at speed 1) on both stages, 0,7,10 costs max(10, 12) = 12 layers'
+// worth and 0,8,10 max(11, 10) = 11: 0,8,10 (without exchanges, 0,7,10).
+TEST(JobMachineSpeedTest, ExchangesArePricedAtEachStagesSpeed) {
+  JobOptions options;
+  options.default_policy.trigger = Trigger{Trigger::Kind::kManual};
+  Journal journal;
+  dynmo::v1::RegisterRequest first = Reg(0);
+  first.set_pipeline_size(2);
+  first.set_num_layers(10);
+  JobMachine m(first, options, &journal);
+  FeedReplicas(m, 2, 1, {1, 2}, {1, 2}, 10, 12, {0.36, 1.08});
+  EXPECT_NEAR(m.speeds().speed(1), 0.5, 1e-9);
+  JobEffects decide;
+  auto r = m.Rebalance(absl::UnixEpoch(), &decide);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->issued()) << r->detail();
+  EXPECT_EQ(Ints(r->plan().boundaries()), (std::vector<int>{0, 8, 10}));
+}
+
+TEST(JobMachineSpeedTest, AProbeOrExchangeTimeThatIsNotFiniteIsRefused) {
   JobOptions options;
   Journal journal;
   JobMachine m(Reg(0), options, &journal);
@@ -448,13 +474,19 @@ TEST(JobMachineSpeedTest, AProbeThatIsNotFiniteIsRefused) {
   std::vector<dynmo::v1::RegisterResponse> responses;
   JobEffects fx;
   ASSERT_TRUE(m.Register(all, absl::UnixEpoch(), &responses, &fx).ok());
-  dynmo::v1::IterationReport bad;
-  bad.set_iteration(1);
-  bad.set_probe_s(-1);
-  const UpstreamMessage up[] = {{0, &bad, nullptr}};
-  absl::Status s = m.OnUpstream(up, absl::UnixEpoch(), &fx);
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(std::string(s.message()).find("probe_s"), std::string::npos);
+  dynmo::v1::IterationReport bad_probe;
+  bad_probe.set_iteration(1);
+  bad_probe.set_probe_s(-1);
+  dynmo::v1::IterationReport bad_exchange;
+  bad_exchange.set_iteration(1);
+  bad_exchange.set_exchange_s(std::nan(""));
+  for (const auto& [report, field] :
+       {std::pair{&bad_probe, "probe_s"}, std::pair{&bad_exchange, "exchange_s"}}) {
+    const UpstreamMessage up[] = {{0, report, nullptr}};
+    absl::Status s = m.OnUpstream(up, absl::UnixEpoch(), &fx);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << field;
+    EXPECT_NE(std::string(s.message()).find(field), std::string::npos) << s;
+  }
 }
 
 }  // namespace

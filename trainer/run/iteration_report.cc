@@ -92,6 +92,7 @@ absl::Status IterationReporter::Gather(int64_t iter, PipelineStage& stage,
     }
     sample.model_changed = model_changed;
     sample.probe_s = probe_s;
+    sample.exchange_s = stats.exchange_s;
     sample.memory_used_bytes = memory_used;
     sample.memory_capacity_bytes = memory_capacity_;
     // Never blocks; a rejected sample only costs the coordinator data.

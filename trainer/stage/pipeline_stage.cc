@@ -24,26 +24,44 @@ class ObservedOps : public StageOps {
  public:
   using Observer = std::function<void(bool forward)>;
   ObservedOps(StageOps& inner, LayerClock* pass_clock, double* forward_s,
-              double* backward_s, Observer observer)
+              double* backward_s, double* exchange_s, Observer observer)
       : inner_(inner),
         clock_(pass_clock),
         forward_s_(forward_s),
         backward_s_(backward_s),
+        exchange_s_(exchange_s),
         observer_(std::move(observer)) {}
-  absl::Status RecvForward(int mb) override { return inner_.RecvForward(mb); }
+  absl::Status RecvForward(int mb) override {
+    return Exchange([&] { return inner_.RecvForward(mb); });
+  }
   absl::Status Forward(int mb) override { return Timed(true, [&] { return inner_.Forward(mb); }); }
-  absl::Status SendForward(int mb) override { return inner_.SendForward(mb); }
+  absl::Status SendForward(int mb) override {
+    return Exchange([&] { return inner_.SendForward(mb); });
+  }
   absl::Status SendForwardRecvBackward(int s, int r) override {
-    return inner_.SendForwardRecvBackward(s, r);
+    return Exchange([&] { return inner_.SendForwardRecvBackward(s, r); });
   }
   absl::Status Backward(int mb) override { return Timed(false, [&] { return inner_.Backward(mb); }); }
-  absl::Status SendBackward(int mb) override { return inner_.SendBackward(mb); }
-  absl::Status SendBackwardRecvForward(int s, int r) override {
-    return inner_.SendBackwardRecvForward(s, r);
+  absl::Status SendBackward(int mb) override {
+    return Exchange([&] { return inner_.SendBackward(mb); });
   }
-  absl::Status RecvBackward(int mb) override { return inner_.RecvBackward(mb); }
+  absl::Status SendBackwardRecvForward(int s, int r) override {
+    return Exchange([&] { return inner_.SendBackwardRecvForward(s, r); });
+  }
+  absl::Status RecvBackward(int mb) override {
+    return Exchange([&] { return inner_.RecvBackward(mb); });
+  }
 
  private:
+  // The host's time in an exchange (on a GPU, what the host spent posting
+  // it: the transport waits on streams, not on the host).
+  template <typename Op>
+  absl::Status Exchange(Op op) {
+    const auto start = std::chrono::steady_clock::now();
+    absl::Status s = op();
+    *exchange_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return s;
+  }
   template <typename Op>
   absl::Status Timed(bool forward, Op op) {
     if (clock_ == nullptr) {
@@ -61,6 +79,7 @@ class ObservedOps : public StageOps {
   LayerClock* clock_;  // null: per-layer clocks run instead
   double* forward_s_;
   double* backward_s_;
+  double* exchange_s_;
   Observer observer_;
 };
 
@@ -145,7 +164,7 @@ absl::Status PipelineStage::RunIteration(int64_t iter, StageIterationStats* stat
   // Stage-pass clocks: used as the layer times without per-layer clocks.
   double forward_pass_s = 0, backward_pass_s = 0;
   ObservedOps observed(*this, config_.profile_layers ? nullptr : &clock_,
-                       &forward_pass_s, &backward_pass_s, [&](bool) {
+                       &forward_pass_s, &backward_pass_s, &stats->exchange_s, [&](bool) {
                          stats->peak_stash_bytes =
                              std::max(stats->peak_stash_bytes, StashedBytes());
                        });

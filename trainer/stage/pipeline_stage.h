@@ -62,6 +62,8 @@ struct StageIterationStats {
   std::vector<int64_t> activation_bytes;
   // The most bytes of activations stashed at once (stage_memory.h).
   int64_t peak_stash_bytes = 0;
+  // Host seconds in the point-to-point exchanges, waiting included.
+  double exchange_s = 0;
 };
 
 class PipelineStage : public StageOps {
