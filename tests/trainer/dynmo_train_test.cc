@@ -207,6 +207,7 @@ TEST(DynmoTrainTest, BadFlagsAndInconsistentConfigsGiveOneLineErrors) {
       {0, TinyModel({"--test_migrate_every=2"}), "needs --test_migration_boundaries"},
       {0, TinyModel({"--perfetto_out=/tmp", "--perfetto_iterations=0"}),
        "--perfetto_iterations in [1, 1000]"},
+      {0, TinyModel({"--perfetto_out=/no/such/dir"}), "--perfetto_out: cannot write /no/such/dir/"},
       {2, TinyModel({"--pp=2", "--test_migrate_every=2", "--test_migration_boundaries=0,6"}),
        "--test_migration_boundaries entry 0,6"},
   };

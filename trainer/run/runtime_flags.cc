@@ -1,5 +1,8 @@
 // dynmo-train's runtime flags: devices, clocks, logs, traces, checkpoints,
 // memory.
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstdint>
 #include <string>
 
@@ -57,8 +60,15 @@ absl::Status ReadRuntimeFlags(TrainerConfig& c) {
   c.layer_clock = absl::GetFlag(FLAGS_layer_clock);
   c.speed_probe_every = absl::GetFlag(FLAGS_speed_probe_every);
   c.perfetto_out = absl::GetFlag(FLAGS_perfetto_out);
+  struct stat dir;
   c.perfetto_first = absl::GetFlag(FLAGS_perfetto_first);
   c.perfetto_iterations = absl::GetFlag(FLAGS_perfetto_iterations);
+  if (!c.perfetto_out.empty() && (stat(c.perfetto_out.c_str(), &dir) != 0 ||
+                                  !S_ISDIR(dir.st_mode) ||
+                                  access(c.perfetto_out.c_str(), W_OK) != 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--perfetto_out: cannot write ", c.perfetto_out, "/ (not a writable directory)"));
+  }
   if (c.perfetto_first < 0 || c.perfetto_iterations < 1 || c.perfetto_iterations > 1000) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--perfetto_first must be >= 0 and --perfetto_iterations in [1, 1000], got ",
