@@ -176,16 +176,20 @@ void JobMachine::ApplyReport(int rank, const dynmo::v1::IterationReport& report,
   const RosterRank& r = roster_.at(rank);
   // A released stage holds no layers any more; its stragglers are ignored.
   const bool active = RankRoster::IsActiveStage(layout_.active_stages, r.pipeline_rank);
+  // The layers as measured (Check() validated them against the job's),
+  // decoded once; a released stage's are not used.
+  std::vector<core::LayerCost> layers;
   if (active) {
-    // The layers' raw times, as evidence of this rank's speed beside the
-    // others' (a model change voids every earlier time).
+    layers.reserve(static_cast<size_t>(report.layers_size()));
+    for (const auto& l : report.layers()) layers.push_back(wire::LayerCostFromSample(l));
+    // The raw times, as evidence of this rank's speed beside the others'
+    // (a model change voids every earlier time), from the rank's first
+    // probe on: its level then is what each time is taken relative to (a
+    // level that moves later is a new regime).
     if (report.model_changed()) overlaps_.Forget();
-    // From the rank's first probe on: its level then is what each time is
-    // taken relative to (a level that moves later is a new regime).
-    if (speeds_.probe_s(rank) > 0) {
-      for (const auto& l : report.layers()) {
-        const core::LayerCost raw = wire::LayerCostFromSample(l);
-        overlaps_.Add(rank, raw.id, report.iteration(), raw.time_s(), speeds_.probe_s(rank));
+    if (const double level = speeds_.probe_s(rank); level > 0) {
+      for (const core::LayerCost& raw : layers) {
+        overlaps_.Add(rank, raw.id, report.iteration(), raw.time_s(), level);
       }
     }
   }
@@ -209,10 +213,7 @@ void JobMachine::ApplyReport(int rank, const dynmo::v1::IterationReport& report,
     double& kept = exchange_s_[static_cast<size_t>(rank)];
     kept = kept > 0 ? kept + options_.smoothing * (x - kept) : x;
   }
-  for (const auto& l : report.layers()) {
-    if (!active) break;
-    // Check() validated the layers against the job's.
-    core::LayerCost cost = wire::LayerCostFromSample(l);
+  for (core::LayerCost& cost : layers) {
     cost.fwd_s *= speed;
     cost.bwd_s *= speed;
     cost.wgrad_s *= speed;
