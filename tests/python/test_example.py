@@ -1,6 +1,9 @@
 """examples/torch/gpt_pipeline.py under torchrun (2 ranks, Gloo): DynMo
 re-balances the skewed start live and the losses are bit-identical to the
-static run of the same seed and micro-batches."""
+static run of the same seed and micro-batches.
+Two ranks are pinned to --device=cpu: the losses are compared bit for bit,
+and NCCL refuses two ranks on the one GPU of a GPU check ("Duplicate GPU
+detected")."""
 import json
 import os
 import subprocess
@@ -19,7 +22,8 @@ def run_example(source_dir, bin_dir, tmp_path, name, *args):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
            "--nproc-per-node=2",
            os.path.join(source_dir, "examples", "torch", "gpt_pipeline.py"),
-           f"--steps={STEPS}", "--boundaries=0,7,10", f"--log_json={log}", *args]
+           f"--steps={STEPS}", "--boundaries=0,7,10", "--device=cpu", f"--log_json={log}",
+           *args]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=100)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     with open(log) as f:
@@ -46,7 +50,7 @@ def test_bad_boundaries_are_one_line_errors(source_dir, bin_dir, tmp_path):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
            "--nproc-per-node=2",
            os.path.join(source_dir, "examples", "torch", "gpt_pipeline.py"),
-           "--steps=1", "--boundaries=0,10", "--coordinator=none"]
+           "--steps=1", "--boundaries=0,10", "--coordinator=none", "--device=cpu"]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=100)
     assert r.returncode != 0
     assert "--boundaries 0,10 must be" in r.stdout + r.stderr

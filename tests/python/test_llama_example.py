@@ -1,7 +1,10 @@
 """examples/torch/llama_pipelining.py under torchrun (2 ranks, Gloo):
 DynMo re-splits the skewed torch.distributed.pipelining job live, with the
 static run's losses bit for bit, and writes the --log_json records the
-bench and scripts/dynmo-report read."""
+bench and scripts/dynmo-report read.
+Two ranks are pinned to --device=cpu: the losses are compared bit for bit,
+and NCCL refuses two ranks on the one GPU of a GPU check ("Duplicate GPU
+detected")."""
 import json
 import os
 import subprocess
@@ -21,7 +24,7 @@ def run_example(source_dir, bin_dir, tmp_path, name, *args, check=True):
            "--nproc-per-node=2",
            os.path.join(source_dir, "examples", "torch", "llama_pipelining.py"),
            f"--steps={STEPS}", "--layers=6", "--dim=64", "--seq_len=32",
-           "--microbatches=4", f"--log_json={log}", *args]
+           "--microbatches=4", "--device=cpu", f"--log_json={log}", *args]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     if not check:
         return r
