@@ -2,6 +2,7 @@
 
 #include "coordinator/job/validation.h"
 #include "coordinator/service/grpc_status.h"
+#include "coordinator/service/raw_message.h"
 
 namespace dynmo::service {
 
@@ -14,10 +15,16 @@ grpc::Status OperatorServiceImpl::Done(const char* method,
   return status;
 }
 
-grpc::Status OperatorServiceImpl::ListJobs(
-    grpc::ServerContext* context, const dynmo::v1::ListJobsRequest* /*request*/,
+DYNMO_SERVE_RAW_UNARY(OperatorServiceImpl, ListJobs, ListJobsRequest, ListJobsResponse)
+DYNMO_SERVE_RAW_UNARY(OperatorServiceImpl, GetJob, GetJobRequest, JobStatus)
+DYNMO_SERVE_RAW_UNARY(OperatorServiceImpl, SetPolicy, SetPolicyRequest, SetPolicyResponse)
+DYNMO_SERVE_RAW_UNARY(OperatorServiceImpl, Rebalance, RebalanceRequest, RebalanceResponse)
+DYNMO_SERVE_RAW_UNARY(OperatorServiceImpl, DeleteJob, DeleteJobRequest, DeleteJobResponse)
+
+grpc::Status OperatorServiceImpl::ServeListJobs(
+    const grpc::ServerContextBase& context, const dynmo::v1::ListJobsRequest& /*request*/,
     dynmo::v1::ListJobsResponse* response) {
-  if (grpc::Status s = auth_->CheckStatus(*context, Role::kOperator); !s.ok()) {
+  if (grpc::Status s = auth_->CheckStatus(context, Role::kOperator); !s.ok()) {
     return Done("ListJobs", s);
   }
   for (const auto& job : coordinator_->jobs().All()) {
@@ -26,50 +33,50 @@ grpc::Status OperatorServiceImpl::ListJobs(
   return grpc::Status::OK;
 }
 
-grpc::Status OperatorServiceImpl::GetJob(grpc::ServerContext* context,
-                                         const dynmo::v1::GetJobRequest* request,
+grpc::Status OperatorServiceImpl::ServeGetJob(const grpc::ServerContextBase& context,
+                                         const dynmo::v1::GetJobRequest& request,
                                          dynmo::v1::JobStatus* response) {
-  if (grpc::Status s = auth_->CheckStatus(*context, Role::kOperator); !s.ok()) return Done("GetJob", s);
-  if (absl::Status s = ValidateJobName(request->job()); !s.ok()) {
+  if (grpc::Status s = auth_->CheckStatus(context, Role::kOperator); !s.ok()) return Done("GetJob", s);
+  if (absl::Status s = ValidateJobName(request.job()); !s.ok()) {
     return Done("GetJob", ToGrpcStatus(s));
   }
   absl::StatusOr<std::shared_ptr<JobState>> job =
-      coordinator_->jobs().Find(request->job());
+      coordinator_->jobs().Find(request.job());
   if (!job.ok()) return Done("GetJob", ToGrpcStatus(job.status()));
   *response = (*job)->Status();
   return grpc::Status::OK;
 }
 
-grpc::Status OperatorServiceImpl::SetPolicy(
-    grpc::ServerContext* context, const dynmo::v1::SetPolicyRequest* request,
+grpc::Status OperatorServiceImpl::ServeSetPolicy(
+    const grpc::ServerContextBase& context, const dynmo::v1::SetPolicyRequest& request,
     dynmo::v1::SetPolicyResponse* response) {
-  if (grpc::Status s = auth_->CheckStatus(*context, Role::kOperator); !s.ok()) {
+  if (grpc::Status s = auth_->CheckStatus(context, Role::kOperator); !s.ok()) {
     return Done("SetPolicy", s);
   }
-  if (absl::Status s = ValidateJobName(request->job()); !s.ok()) {
+  if (absl::Status s = ValidateJobName(request.job()); !s.ok()) {
     return Done("SetPolicy", ToGrpcStatus(s));
   }
   absl::StatusOr<std::shared_ptr<JobState>> job =
-      coordinator_->jobs().Find(request->job());
+      coordinator_->jobs().Find(request.job());
   if (!job.ok()) return Done("SetPolicy", ToGrpcStatus(job.status()));
   absl::StatusOr<dynmo::v1::Policy> policy =
-      (*job)->SetPolicy(request->policy());
+      (*job)->SetPolicy(request.policy());
   if (!policy.ok()) return Done("SetPolicy", ToGrpcStatus(policy.status()));
   *response->mutable_policy() = *policy;
   return grpc::Status::OK;
 }
 
-grpc::Status OperatorServiceImpl::Rebalance(
-    grpc::ServerContext* context, const dynmo::v1::RebalanceRequest* request,
+grpc::Status OperatorServiceImpl::ServeRebalance(
+    const grpc::ServerContextBase& context, const dynmo::v1::RebalanceRequest& request,
     dynmo::v1::RebalanceResponse* response) {
-  if (grpc::Status s = auth_->CheckStatus(*context, Role::kOperator); !s.ok()) {
+  if (grpc::Status s = auth_->CheckStatus(context, Role::kOperator); !s.ok()) {
     return Done("Rebalance", s);
   }
-  if (absl::Status s = ValidateJobName(request->job()); !s.ok()) {
+  if (absl::Status s = ValidateJobName(request.job()); !s.ok()) {
     return Done("Rebalance", ToGrpcStatus(s));
   }
   absl::StatusOr<std::shared_ptr<JobState>> job =
-      coordinator_->jobs().Find(request->job());
+      coordinator_->jobs().Find(request.job());
   if (!job.ok()) return Done("Rebalance", ToGrpcStatus(job.status()));
   absl::StatusOr<dynmo::v1::RebalanceResponse> r =
       (*job)->Rebalance(absl::Now());
@@ -78,17 +85,17 @@ grpc::Status OperatorServiceImpl::Rebalance(
   return grpc::Status::OK;
 }
 
-grpc::Status OperatorServiceImpl::DeleteJob(
-    grpc::ServerContext* context, const dynmo::v1::DeleteJobRequest* request,
+grpc::Status OperatorServiceImpl::ServeDeleteJob(
+    const grpc::ServerContextBase& context, const dynmo::v1::DeleteJobRequest& request,
     dynmo::v1::DeleteJobResponse* response) {
-  if (grpc::Status s = auth_->CheckStatus(*context, Role::kOperator); !s.ok()) {
+  if (grpc::Status s = auth_->CheckStatus(context, Role::kOperator); !s.ok()) {
     return Done("DeleteJob", s);
   }
-  if (absl::Status s = ValidateJobName(request->job()); !s.ok()) {
+  if (absl::Status s = ValidateJobName(request.job()); !s.ok()) {
     return Done("DeleteJob", ToGrpcStatus(s));
   }
   absl::StatusOr<int> closed =
-      coordinator_->jobs().Delete(request->job(), request->force());
+      coordinator_->jobs().Delete(request.job(), request.force());
   if (!closed.ok()) return Done("DeleteJob", ToGrpcStatus(closed.status()));
   response->set_closed_sessions(*closed);
   return grpc::Status::OK;

@@ -1,6 +1,9 @@
 // OperatorServiceImpl: dynmo.v1.OperatorService over the job registry.
 // Every call checks the bearer token first, then looks the job up (NOT_FOUND
-// names it), then does one thing.
+// names it), then does one thing. Requests arrive as raw bytes on the
+// callback API (raw_message.h: bytes that do not decode are
+// INVALID_ARGUMENT) and are served inline: no call waits on another.
+// Thread-safe (the registry and the jobs lock themselves).
 #ifndef DYNMO_COORDINATOR_SERVICE_OPERATOR_SERVICE_H_
 #define DYNMO_COORDINATOR_SERVICE_OPERATOR_SERVICE_H_
 
@@ -10,28 +13,52 @@
 
 namespace dynmo::service {
 
-class OperatorServiceImpl final : public dynmo::v1::OperatorService::Service {
+using OperatorServiceBase = dynmo::v1::OperatorService::WithRawCallbackMethod_ListJobs<
+    dynmo::v1::OperatorService::WithRawCallbackMethod_GetJob<
+        dynmo::v1::OperatorService::WithRawCallbackMethod_SetPolicy<
+            dynmo::v1::OperatorService::WithRawCallbackMethod_Rebalance<
+                dynmo::v1::OperatorService::WithRawCallbackMethod_DeleteJob<
+                    dynmo::v1::OperatorService::Service>>>>>;
+
+class OperatorServiceImpl final : public OperatorServiceBase {
  public:
   OperatorServiceImpl(Coordinator* coordinator, const Authenticator* auth)
       : coordinator_(coordinator), auth_(auth) {}
 
-  grpc::Status ListJobs(grpc::ServerContext* context,
-                        const dynmo::v1::ListJobsRequest* request,
-                        dynmo::v1::ListJobsResponse* response) override;
-  grpc::Status GetJob(grpc::ServerContext* context,
-                      const dynmo::v1::GetJobRequest* request,
-                      dynmo::v1::JobStatus* response) override;
-  grpc::Status SetPolicy(grpc::ServerContext* context,
-                         const dynmo::v1::SetPolicyRequest* request,
-                         dynmo::v1::SetPolicyResponse* response) override;
-  grpc::Status Rebalance(grpc::ServerContext* context,
-                         const dynmo::v1::RebalanceRequest* request,
-                         dynmo::v1::RebalanceResponse* response) override;
-  grpc::Status DeleteJob(grpc::ServerContext* context,
-                         const dynmo::v1::DeleteJobRequest* request,
-                         dynmo::v1::DeleteJobResponse* response) override;
+  grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* context,
+                                     const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* context,
+                                   const grpc::ByteBuffer* request,
+                                   grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* SetPolicy(grpc::CallbackServerContext* context,
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* Rebalance(grpc::CallbackServerContext* context,
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* DeleteJob(grpc::CallbackServerContext* context,
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
 
  private:
+  // The methods, on decoded messages.
+  grpc::Status ServeListJobs(const grpc::ServerContextBase& context,
+                             const dynmo::v1::ListJobsRequest& request,
+                             dynmo::v1::ListJobsResponse* response);
+  grpc::Status ServeGetJob(const grpc::ServerContextBase& context,
+                           const dynmo::v1::GetJobRequest& request,
+                           dynmo::v1::JobStatus* response);
+  grpc::Status ServeSetPolicy(const grpc::ServerContextBase& context,
+                              const dynmo::v1::SetPolicyRequest& request,
+                              dynmo::v1::SetPolicyResponse* response);
+  grpc::Status ServeRebalance(const grpc::ServerContextBase& context,
+                              const dynmo::v1::RebalanceRequest& request,
+                              dynmo::v1::RebalanceResponse* response);
+  grpc::Status ServeDeleteJob(const grpc::ServerContextBase& context,
+                              const dynmo::v1::DeleteJobRequest& request,
+                              dynmo::v1::DeleteJobResponse* response);
+  // Counts a failed call of `method` in /metrics; returns `status`.
   grpc::Status Done(const char* method, const grpc::Status& status);
 
   Coordinator* coordinator_;

@@ -1,14 +1,17 @@
 // Decode / Encode: protobuf messages from and to raw gRPC byte buffers.
-// The agent service takes its requests and stream messages as raw bytes
-// (agent_service.h, host_session.h) so that bytes which do not decode end
-// the call with INVALID_ARGUMENT — gRPC's own decoding answers UNIMPLEMENTED
-// on a unary callback method and ends a stream with OK. Stateless.
+// Every service takes its requests and stream messages as raw bytes
+// (agent_service.h, host_session.h, operator_service.h,
+// scheduler_service.h) so that bytes which do not decode end the call with
+// INVALID_ARGUMENT — gRPC's own decoding answers UNIMPLEMENTED on a unary
+// callback method, INTERNAL on a synchronous one, and ends a stream with
+// OK. ServeRawUnary serves a unary method that way. Stateless.
 #ifndef DYNMO_COORDINATOR_SERVICE_RAW_MESSAGE_H_
 #define DYNMO_COORDINATOR_SERVICE_RAW_MESSAGE_H_
 
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "grpcpp/server_context.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/impl/codegen/proto_utils.h"  // SerializationTraits of protobuf messages
 #include "grpcpp/support/status.h"
@@ -38,6 +41,44 @@ std::shared_ptr<const grpc::ByteBuffer> Encoded(const Message& message) {
   return raw;
 }
 
+// A unary call whose request came as raw bytes: decoded, served by
+// `serve(context, request, response)` inline on gRPC's callback thread (for
+// calls that never wait on others), its response encoded. Bytes that do not
+// decode are INVALID_ARGUMENT, handed to `undecodable(status)` first (the
+// service counts the refusal there) and never served.
+template <typename Request, typename Response, typename Serve, typename Undecodable>
+grpc::ServerUnaryReactor* ServeRawUnary(grpc::CallbackServerContext* context,
+                                        const grpc::ByteBuffer* raw_request,
+                                        grpc::ByteBuffer* raw_response, Serve serve,
+                                        Undecodable undecodable) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  Request request;
+  if (grpc::Status s = Decode(*raw_request, &request); !s.ok()) {
+    reactor->Finish(undecodable(s));
+    return reactor;
+  }
+  Response response;
+  grpc::Status status = serve(*context, request, &response);
+  if (status.ok()) status = Encode(response, raw_response);
+  reactor->Finish(status);
+  return reactor;
+}
+
 }  // namespace dynmo::service
+
+// Defines Class::Method, the raw callback override of a unary method, as
+// ServeRawUnary over Class::ServeMethod(const grpc::ServerContextBase&,
+// const dynmo::v1::Request&, dynmo::v1::Response*); an undecodable request
+// is counted by Class::Done("Method", status).
+#define DYNMO_SERVE_RAW_UNARY(Class, Method, Request, Response)                          \
+  grpc::ServerUnaryReactor* Class::Method(grpc::CallbackServerContext* context,         \
+                                          const grpc::ByteBuffer* request,              \
+                                          grpc::ByteBuffer* response) {                 \
+    return ::dynmo::service::ServeRawUnary<dynmo::v1::Request, dynmo::v1::Response>(    \
+        context, request, response,                                                     \
+        [this](const grpc::ServerContextBase& c, const dynmo::v1::Request& rq,          \
+               dynmo::v1::Response* rs) { return Serve##Method(c, rq, rs); },           \
+        [this](const grpc::Status& s) { return Done(#Method, s); });                     \
+  }
 
 #endif  // DYNMO_COORDINATOR_SERVICE_RAW_MESSAGE_H_

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "coordinator/job/validation.h"
 #include "coordinator/service/grpc_status.h"
+#include "coordinator/service/raw_message.h"
 
 namespace dynmo::service {
 namespace {
@@ -34,38 +35,45 @@ grpc::Status SchedulerServiceImpl::Done(const char* method,
   return status;
 }
 
-grpc::Status SchedulerServiceImpl::ListReleased(
-    grpc::ServerContext* context, const dynmo::v1::ListReleasedRequest* request,
+DYNMO_SERVE_RAW_UNARY(SchedulerServiceImpl, ListReleased, ListReleasedRequest,
+                      ListReleasedResponse)
+DYNMO_SERVE_RAW_UNARY(SchedulerServiceImpl, ListPlacements, ListPlacementsRequest,
+                      ListPlacementsResponse)
+DYNMO_SERVE_RAW_UNARY(SchedulerServiceImpl, Claim, ClaimRequest, ClaimResponse)
+DYNMO_SERVE_RAW_UNARY(SchedulerServiceImpl, Return, ReturnRequest, ReturnResponse)
+
+grpc::Status SchedulerServiceImpl::ServeListReleased(
+    const grpc::ServerContextBase& context, const dynmo::v1::ListReleasedRequest& request,
     dynmo::v1::ListReleasedResponse* response) {
-  if (grpc::Status s = auth_->CheckStatus(*context, Role::kScheduler); !s.ok()) {
+  if (grpc::Status s = auth_->CheckStatus(context, Role::kScheduler); !s.ok()) {
     return Done("ListReleased", s);
   }
-  if (!request->job().empty()) {
-    if (absl::Status s = ValidateJobName(request->job()); !s.ok()) {
+  if (!request.job().empty()) {
+    if (absl::Status s = ValidateJobName(request.job()); !s.ok()) {
       return Done("ListReleased", ToGrpcStatus(s));
     }
   }
   for (auto& g :
-       coordinator_->pool().List(request->job(), request->include_claimed())) {
+       coordinator_->pool().List(request.job(), request.include_claimed())) {
     *response->add_gpus() = std::move(g);
   }
   return grpc::Status::OK;
 }
 
-grpc::Status SchedulerServiceImpl::ListPlacements(
-    grpc::ServerContext* context, const dynmo::v1::ListPlacementsRequest* request,
+grpc::Status SchedulerServiceImpl::ServeListPlacements(
+    const grpc::ServerContextBase& context, const dynmo::v1::ListPlacementsRequest& request,
     dynmo::v1::ListPlacementsResponse* response) {
-  if (grpc::Status s = auth_->CheckStatus(*context, Role::kScheduler); !s.ok()) {
+  if (grpc::Status s = auth_->CheckStatus(context, Role::kScheduler); !s.ok()) {
     return Done("ListPlacements", s);
   }
   std::vector<std::shared_ptr<JobState>> jobs;
-  if (request->job().empty()) {
+  if (request.job().empty()) {
     jobs = coordinator_->jobs().All();
   } else {
-    if (absl::Status s = ValidateJobName(request->job()); !s.ok()) {
+    if (absl::Status s = ValidateJobName(request.job()); !s.ok()) {
       return Done("ListPlacements", ToGrpcStatus(s));
     }
-    absl::StatusOr<std::shared_ptr<JobState>> job = coordinator_->jobs().Find(request->job());
+    absl::StatusOr<std::shared_ptr<JobState>> job = coordinator_->jobs().Find(request.job());
     if (!job.ok()) return Done("ListPlacements", ToGrpcStatus(job.status()));
     jobs.push_back(*std::move(job));
   }
@@ -88,33 +96,33 @@ grpc::ServerWriteReactor<dynmo::v1::ReleasedEvent>* SchedulerServiceImpl::WatchR
   return new Refused(refused);
 }
 
-grpc::Status SchedulerServiceImpl::Claim(grpc::ServerContext* context,
-                                         const dynmo::v1::ClaimRequest* request,
+grpc::Status SchedulerServiceImpl::ServeClaim(const grpc::ServerContextBase& context,
+                                         const dynmo::v1::ClaimRequest& request,
                                          dynmo::v1::ClaimResponse* response) {
   Principal caller;
-  if (grpc::Status s = auth_->CheckStatus(*context, Role::kScheduler, &caller); !s.ok()) {
+  if (grpc::Status s = auth_->CheckStatus(context, Role::kScheduler, &caller); !s.ok()) {
     return Done("Claim", s);
   }
-  absl::StatusOr<std::string> holder = HolderOf(caller, request->holder());
+  absl::StatusOr<std::string> holder = HolderOf(caller, request.holder());
   if (!holder.ok()) return Done("Claim", ToGrpcStatus(holder.status()));
-  std::vector<std::string> ids(request->ids().begin(), request->ids().end());
+  std::vector<std::string> ids(request.ids().begin(), request.ids().end());
   absl::StatusOr<std::vector<dynmo::v1::ReleasedGpu>> gpus =
-      coordinator_->pool().Claim(ids, *holder, request->lease_seconds(), absl::Now());
+      coordinator_->pool().Claim(ids, *holder, request.lease_seconds(), absl::Now());
   if (!gpus.ok()) return Done("Claim", ToGrpcStatus(gpus.status()));
   for (auto& g : *gpus) *response->add_gpus() = std::move(g);
   return grpc::Status::OK;
 }
 
-grpc::Status SchedulerServiceImpl::Return(
-    grpc::ServerContext* context, const dynmo::v1::ReturnRequest* request,
+grpc::Status SchedulerServiceImpl::ServeReturn(
+    const grpc::ServerContextBase& context, const dynmo::v1::ReturnRequest& request,
     dynmo::v1::ReturnResponse* response) {
   Principal caller;
-  if (grpc::Status s = auth_->CheckStatus(*context, Role::kScheduler, &caller); !s.ok()) {
+  if (grpc::Status s = auth_->CheckStatus(context, Role::kScheduler, &caller); !s.ok()) {
     return Done("Return", s);
   }
-  absl::StatusOr<std::string> holder = HolderOf(caller, request->holder());
+  absl::StatusOr<std::string> holder = HolderOf(caller, request.holder());
   if (!holder.ok()) return Done("Return", ToGrpcStatus(holder.status()));
-  std::vector<std::string> ids(request->ids().begin(), request->ids().end());
+  std::vector<std::string> ids(request.ids().begin(), request.ids().end());
   absl::StatusOr<std::vector<dynmo::v1::ReleasedGpu>> gpus =
       coordinator_->pool().Return(ids, *holder);
   if (!gpus.ok()) return Done("Return", ToGrpcStatus(gpus.status()));

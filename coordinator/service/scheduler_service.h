@@ -3,7 +3,10 @@
 // one pool operation. WatchReleased is on the callback API
 // (released_watchers.h): no thread per watcher, at most `max_watchers` at
 // once (RESOURCE_EXHAUSTED beyond), ended when the client cancels or the
-// server stops. The other calls are synchronous.
+// server stops. The other calls take their requests as raw bytes on the
+// callback API (raw_message.h: bytes that do not decode are
+// INVALID_ARGUMENT) and are served inline: none waits on another.
+// Thread-safe (the pool locks itself).
 #ifndef DYNMO_COORDINATOR_SERVICE_SCHEDULER_SERVICE_H_
 #define DYNMO_COORDINATOR_SERVICE_SCHEDULER_SERVICE_H_
 
@@ -16,29 +19,32 @@ namespace dynmo::service {
 
 class SchedulerServiceImpl final
     : public dynmo::v1::SchedulerService::WithCallbackMethod_WatchReleased<
-          dynmo::v1::SchedulerService::Service> {
+          dynmo::v1::SchedulerService::WithRawCallbackMethod_ListReleased<
+              dynmo::v1::SchedulerService::WithRawCallbackMethod_Claim<
+                  dynmo::v1::SchedulerService::WithRawCallbackMethod_Return<
+                      dynmo::v1::SchedulerService::WithRawCallbackMethod_ListPlacements<
+                          dynmo::v1::SchedulerService::Service>>>>> {
  public:
   SchedulerServiceImpl(Coordinator* coordinator, const Authenticator* auth,
                        int max_watchers)
       : coordinator_(coordinator), auth_(auth),
         watchers_(&coordinator->pool(), max_watchers) {}
 
-  grpc::Status ListReleased(grpc::ServerContext* context,
-                            const dynmo::v1::ListReleasedRequest* request,
-                            dynmo::v1::ListReleasedResponse* response) override;
+  grpc::ServerUnaryReactor* ListReleased(grpc::CallbackServerContext* context,
+                                         const grpc::ByteBuffer* request,
+                                         grpc::ByteBuffer* response) override;
   grpc::ServerWriteReactor<dynmo::v1::ReleasedEvent>* WatchReleased(
       grpc::CallbackServerContext* context,
       const dynmo::v1::WatchReleasedRequest* request) override;
-  grpc::Status Claim(grpc::ServerContext* context,
-                     const dynmo::v1::ClaimRequest* request,
-                     dynmo::v1::ClaimResponse* response) override;
-  grpc::Status Return(grpc::ServerContext* context,
-                      const dynmo::v1::ReturnRequest* request,
-                      dynmo::v1::ReturnResponse* response) override;
-
-  grpc::Status ListPlacements(grpc::ServerContext* context,
-                              const dynmo::v1::ListPlacementsRequest* request,
-                              dynmo::v1::ListPlacementsResponse* response) override;
+  grpc::ServerUnaryReactor* Claim(grpc::CallbackServerContext* context,
+                                  const grpc::ByteBuffer* request,
+                                  grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* Return(grpc::CallbackServerContext* context,
+                                   const grpc::ByteBuffer* request,
+                                   grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* ListPlacements(grpc::CallbackServerContext* context,
+                                           const grpc::ByteBuffer* request,
+                                           grpc::ByteBuffer* response) override;
 
   // Ends every WatchReleased (before server shutdown).
   void Stop() { watchers_.Stop(); }
@@ -46,6 +52,20 @@ class SchedulerServiceImpl final
   int watchers() const { return watchers_.open(); }
 
  private:
+  // The unary methods, on decoded messages.
+  grpc::Status ServeListReleased(const grpc::ServerContextBase& context,
+                                 const dynmo::v1::ListReleasedRequest& request,
+                                 dynmo::v1::ListReleasedResponse* response);
+  grpc::Status ServeClaim(const grpc::ServerContextBase& context,
+                          const dynmo::v1::ClaimRequest& request,
+                          dynmo::v1::ClaimResponse* response);
+  grpc::Status ServeReturn(const grpc::ServerContextBase& context,
+                           const dynmo::v1::ReturnRequest& request,
+                           dynmo::v1::ReturnResponse* response);
+  grpc::Status ServeListPlacements(const grpc::ServerContextBase& context,
+                                   const dynmo::v1::ListPlacementsRequest& request,
+                                   dynmo::v1::ListPlacementsResponse* response);
+  // Counts a failed call of `method` in /metrics; returns `status`.
   grpc::Status Done(const char* method, const grpc::Status& status);
 
   Coordinator* coordinator_;

@@ -1,15 +1,20 @@
 #include "coordinator/service/state_store.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "coordinator/job/validation.h"
 
 namespace dynmo::service {
 namespace {
@@ -37,6 +42,49 @@ absl::Status FsyncPath(const std::string& p, int flags) {
   int rc = ::fsync(fd);
   ::close(fd);
   if (rc != 0) return Errno(absl::StrCat("fsync ", p));
+  return absl::OkStatus();
+}
+
+absl::Status FsyncDir(const std::string& dir) {
+  return FsyncPath(dir, O_RDONLY | O_DIRECTORY);
+}
+
+// Replaces `path` (in folder `dir`) with `data` atomically: <path>.tmp,
+// fsync, rename, fsync the folder. A failure leaves no temp file.
+absl::Status ReplaceFile(const std::string& dir, const std::string& path,
+                         const std::string& data) {
+  const std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Errno(absl::StrCat("open ", tmp));
+  absl::Status s = WriteAll(fd, data, tmp);
+  if (s.ok() && ::fsync(fd) != 0) s = Errno(absl::StrCat("fsync ", tmp));
+  ::close(fd);
+  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
+    s = Errno(absl::StrCat("rename ", tmp));
+  }
+  if (!s.ok()) {
+    ::unlink(tmp.c_str());  // no half-written temp file is left (ENOSPC)
+    return s;
+  }
+  return FsyncDir(dir);
+}
+
+// The whole file; nullopt when it does not exist.
+absl::StatusOr<std::optional<std::string>> ReadFile(const std::string& path) {
+  if (::access(path.c_str(), F_OK) != 0 && errno == ENOENT) return std::nullopt;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Errno(absl::StrCat("open ", path));
+  std::stringstream buf;
+  buf << in.rdbuf();
+  if (in.bad()) return Errno(absl::StrCat("read ", path));
+  return buf.str();
+}
+
+absl::Status CheckJobName(const std::string& name) {
+  if (absl::Status s = ValidateJobName(name); !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("no state file for this job: ", s.message()));
+  }
   return absl::OkStatus();
 }
 
@@ -115,45 +163,124 @@ StateStore::~StateStore() {
   if (lock_fd_ >= 0) ::close(lock_fd_);
 }
 
-absl::StatusOr<std::optional<dynmo::v1::CoordinatorState>> StateStore::Load()
-    const {
-  if (::access(path().c_str(), F_OK) != 0 && errno == ENOENT) {
-    return std::nullopt;
-  }
-  std::ifstream in(path(), std::ios::binary);
-  if (!in) return Errno(absl::StrCat("open ", path()));
-  std::stringstream buf;
-  buf << in.rdbuf();
+absl::StatusOr<std::optional<dynmo::v1::CoordinatorState>> StateStore::Load() {
+  legacy_ = false;
+  absl::StatusOr<std::optional<std::string>> old = ReadFile(legacy_path());
+  if (!old.ok()) return old.status();
   dynmo::v1::CoordinatorState state;
-  if (!state.ParseFromString(buf.str())) {
-    return absl::DataLossError(
-        absl::StrCat(path(), " is not a CoordinatorState snapshot"));
+  if (old->has_value()) {
+    if (!state.ParseFromString(**old)) {
+      return absl::DataLossError(
+          absl::StrCat(legacy_path(), " is not a CoordinatorState snapshot"));
+    }
+    legacy_ = true;
+    return state;
+  }
+  absl::StatusOr<std::optional<std::string>> pool = ReadFile(pool_path());
+  if (!pool.ok()) return pool.status();
+  bool any = pool->has_value();
+  if (any && !state.ParseFromString(**pool)) {
+    return absl::DataLossError(absl::StrCat(pool_path(), " is not a pool record"));
+  }
+  state.clear_jobs();
+  std::vector<std::string> names;
+  if (DIR* d = ::opendir(jobs_dir().c_str()); d != nullptr) {
+    any = true;
+    while (const dirent* e = ::readdir(d)) {
+      const std::string file = e->d_name;
+      // Temp files of writes a crash interrupted are not records.
+      if (file.size() > 3 && absl::EndsWith(file, ".pb")) {
+        names.push_back(file.substr(0, file.size() - 3));
+      }
+    }
+    ::closedir(d);
+  } else if (errno != ENOENT) {
+    return Errno(absl::StrCat("open ", jobs_dir()));
+  }
+  if (!any) return std::nullopt;
+  std::sort(names.begin(), names.end());
+  for (const std::string& name : names) {
+    absl::StatusOr<std::optional<std::string>> data = ReadFile(job_path(name));
+    if (!data.ok()) return data.status();
+    if (!data->has_value()) continue;  // removed since the listing
+    dynmo::v1::JobRecord* job = state.add_jobs();
+    if (!job->ParseFromString(**data) || job->name() != name) {
+      return absl::DataLossError(
+          absl::StrCat(job_path(name), " is not the job record of '", name, "'"));
+    }
   }
   return state;
 }
 
-absl::Status StateStore::Save(const dynmo::v1::CoordinatorState& state) {
+absl::Status StateStore::ReadyToWrite() {
   if (!write_locked_) {
     if (absl::Status s = LockForWrite(); !s.ok()) return s;
   }
+  if (::mkdir(jobs_dir().c_str(), 0755) == 0) return FsyncDir(dir_);
+  if (errno != EEXIST) return Errno(absl::StrCat("mkdir ", jobs_dir()));
+  return absl::OkStatus();
+}
+
+absl::Status StateStore::SaveJob(const dynmo::v1::JobRecord& job) {
+  if (absl::Status s = CheckJobName(job.name()); !s.ok()) return s;
+  if (absl::Status s = ReadyToWrite(); !s.ok()) return s;
   std::string data;
-  if (!state.SerializeToString(&data)) {
-    return absl::InternalError("cannot serialize the coordinator state");
+  if (!job.SerializeToString(&data)) {
+    return absl::InternalError(absl::StrCat("cannot serialize job ", job.name()));
   }
-  const std::string tmp = path() + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Errno(absl::StrCat("open ", tmp));
-  absl::Status s = WriteAll(fd, data, tmp);
-  if (s.ok() && ::fsync(fd) != 0) s = Errno(absl::StrCat("fsync ", tmp));
-  ::close(fd);
-  if (s.ok() && ::rename(tmp.c_str(), path().c_str()) != 0) {
-    s = Errno(absl::StrCat("rename ", tmp));
+  return ReplaceFile(jobs_dir(), job_path(job.name()), data);
+}
+
+absl::Status StateStore::RemoveJob(const std::string& name) {
+  if (absl::Status s = CheckJobName(name); !s.ok()) return s;
+  if (absl::Status s = ReadyToWrite(); !s.ok()) return s;
+  const std::string path = job_path(name);
+  if (::unlink(path.c_str()) != 0) {
+    if (errno == ENOENT) return absl::OkStatus();
+    return Errno(absl::StrCat("unlink ", path));
   }
-  if (!s.ok()) {
-    ::unlink(tmp.c_str());  // no half-written temp file is left (ENOSPC)
-    return s;
+  return FsyncDir(jobs_dir());
+}
+
+absl::Status StateStore::SavePool(const dynmo::v1::CoordinatorState& pool) {
+  if (absl::Status s = ReadyToWrite(); !s.ok()) return s;
+  dynmo::v1::CoordinatorState record = pool;
+  record.clear_jobs();
+  std::string data;
+  if (!record.SerializeToString(&data)) {
+    return absl::InternalError("cannot serialize the released-GPU pool");
   }
-  return FsyncPath(dir_, O_RDONLY | O_DIRECTORY);
+  return ReplaceFile(dir_, pool_path(), data);
+}
+
+absl::Status StateStore::Save(const dynmo::v1::CoordinatorState& state) {
+  if (absl::Status s = ReadyToWrite(); !s.ok()) return s;
+  std::vector<std::string> keep;
+  for (const auto& job : state.jobs()) {
+    if (absl::Status s = SaveJob(job); !s.ok()) return s;
+    keep.push_back(job.name());
+  }
+  if (absl::Status s = SavePool(state); !s.ok()) return s;
+  // Files of jobs the state lacks (deleted while the old snapshot ruled).
+  std::vector<std::string> stale;
+  if (DIR* d = ::opendir(jobs_dir().c_str()); d != nullptr) {
+    while (const dirent* e = ::readdir(d)) {
+      const std::string file = e->d_name;
+      if (file.size() <= 3 || !absl::EndsWith(file, ".pb")) continue;
+      const std::string name = file.substr(0, file.size() - 3);
+      if (std::find(keep.begin(), keep.end(), name) == keep.end()) stale.push_back(name);
+    }
+    ::closedir(d);
+  }
+  for (const std::string& name : stale) {
+    if (absl::Status s = RemoveJob(name); !s.ok()) return s;
+  }
+  if (::unlink(legacy_path().c_str()) != 0) {
+    if (errno == ENOENT) return absl::OkStatus();
+    return Errno(absl::StrCat("unlink ", legacy_path()));
+  }
+  legacy_ = false;
+  return FsyncDir(dir_);
 }
 
 StateKeeper::StateKeeper(std::string dir) : dir_(dir), store_(std::move(dir)) {}
@@ -166,19 +293,27 @@ absl::StatusOr<dynmo::v1::CoordinatorState> StateKeeper::Open() {
       store_.Load();
   if (!loaded.ok()) return loaded.status();
   if (loaded->has_value()) state = **loaded;
-  const bool read_only = !store_.writable();
+  bool read_only = !store_.writable();
+  absl::Status why = absl::UnavailableError(store_.why_read_only());
   {
     absl::MutexLock lock(&mu_);
-    read_only_ = read_only;
-    saved_ = state;
     generation_ = state.generation();
     next_gpu_id_ = state.next_gpu_id() > 0 ? state.next_gpu_id() : 1;
     for (const auto& job : state.jobs()) jobs_[job.name()] = job;
     pool_.assign(state.pool().begin(), state.pool().end());
+    migrate_ = store_.legacy();
+    if (!read_only && migrate_) {
+      // An older coordinator's snapshot becomes one file per record now;
+      // where that fails the keeper is read-only until it works.
+      if (absl::Status s = MigrateLocked(); !s.ok()) {
+        read_only = true;
+        why = absl::UnavailableError(absl::StrCat(
+            "cannot migrate ", store_.legacy_path(), " to record files: ", s.message()));
+      }
+    }
+    read_only_ = read_only;
   }
-  if (read_only && on_mode_) {
-    on_mode_(false, absl::UnavailableError(store_.why_read_only()));
-  }
+  if (read_only && on_mode_) on_mode_(false, why);
   return state;
 }
 
@@ -188,8 +323,10 @@ absl::Status StateKeeper::CommitJob(const dynmo::v1::JobRecord& job) {
   {
     absl::MutexLock lock(&mu_);
     const bool was = read_only_;
-    jobs_[job.name()] = job;
-    s = CommitLocked();
+    s = MigrateLocked();
+    if (s.ok() && durable()) s = store_.SaveJob(job);
+    s = Written(std::move(s));
+    if (s.ok()) jobs_[job.name()] = job;
     changed = was != read_only_;
   }
   return Report(std::move(s), changed);
@@ -202,9 +339,19 @@ absl::Status StateKeeper::CommitPool(const std::vector<dynmo::v1::ReleasedGpu>& 
   {
     absl::MutexLock lock(&mu_);
     const bool was = read_only_;
-    pool_ = pool;
-    next_gpu_id_ = next_gpu_id;
-    s = CommitLocked();
+    s = MigrateLocked();
+    if (s.ok() && durable()) {
+      dynmo::v1::CoordinatorState record;
+      record.set_generation(generation_ + 1);
+      record.set_next_gpu_id(next_gpu_id);
+      for (const auto& gpu : pool) *record.add_pool() = gpu;
+      s = store_.SavePool(record);
+    }
+    s = Written(std::move(s));
+    if (s.ok()) {
+      pool_ = pool;
+      next_gpu_id_ = next_gpu_id;
+    }
     changed = was != read_only_;
   }
   return Report(std::move(s), changed);
@@ -216,8 +363,10 @@ absl::Status StateKeeper::RemoveJob(const std::string& name) {
   {
     absl::MutexLock lock(&mu_);
     const bool was = read_only_;
-    jobs_.erase(name);
-    s = CommitLocked();
+    s = MigrateLocked();
+    if (s.ok() && durable()) s = store_.RemoveJob(name);
+    s = Written(std::move(s));
+    if (s.ok()) jobs_.erase(name);
     changed = was != read_only_;
   }
   return Report(std::move(s), changed);
@@ -229,7 +378,11 @@ absl::Status StateKeeper::Probe() {
   {
     absl::MutexLock lock(&mu_);
     if (!read_only_) return absl::OkStatus();
-    s = CommitLocked();
+    // The smallest write that proves the disk takes writes again (or the
+    // migration an old snapshot still waits for).
+    s = MigrateLocked();
+    if (s.ok()) s = store_.SavePool(StagedLocked());
+    s = Written(std::move(s));
     changed = !read_only_;
   }
   return Report(std::move(s), changed);
@@ -240,31 +393,42 @@ bool StateKeeper::read_only() const {
   return read_only_;
 }
 
-absl::Status StateKeeper::CommitLocked() {
-  if (!durable()) {
-    ++generation_;
-    return absl::OkStatus();
-  }
+dynmo::v1::CoordinatorState StateKeeper::StagedLocked() const {
   dynmo::v1::CoordinatorState state;
   state.set_generation(generation_ + 1);
   state.set_next_gpu_id(next_gpu_id_);
   for (const auto& [name, job] : jobs_) *state.add_jobs() = job;
   for (const auto& gpu : pool_) *state.add_pool() = gpu;
-  if (absl::Status s = store_.Save(state); !s.ok()) {
-    ++failures_;
-    jobs_.clear();
-    for (const auto& job : saved_.jobs()) jobs_[job.name()] = job;
-    pool_.assign(saved_.pool().begin(), saved_.pool().end());
-    next_gpu_id_ = saved_.next_gpu_id() > 0 ? saved_.next_gpu_id() : 1;
-    read_only_ = true;
-    return absl::UnavailableError(absl::StrCat(
-        "state not persisted (", s.message(),
-        "); the coordinator is read-only until its state dir takes writes again"));
+  return state;
+}
+
+absl::Status StateKeeper::MigrateLocked() {
+  if (!migrate_ || !durable()) return absl::OkStatus();
+  // The last good state: a commit migrates before it stages its change, so
+  // a change whose own write fails is never on disk (until the migration's
+  // last step removes it, the old snapshot rules whatever was written).
+  if (absl::Status s = store_.Save(StagedLocked()); !s.ok()) return s;
+  migrate_ = false;
+  return absl::OkStatus();
+}
+
+absl::Status StateKeeper::Written(absl::Status s) {
+  if (!durable()) {
+    ++generation_;
+    return absl::OkStatus();
   }
+  if (!s.ok()) return Refused(s);
   read_only_ = false;
   ++generation_;
-  saved_ = std::move(state);
   return absl::OkStatus();
+}
+
+absl::Status StateKeeper::Refused(const absl::Status& s) {
+  ++failures_;
+  read_only_ = true;
+  return absl::UnavailableError(absl::StrCat(
+      "state not persisted (", s.message(),
+      "); the coordinator is read-only until its state dir takes writes again"));
 }
 
 absl::Status StateKeeper::Report(absl::Status s, bool mode_changed) {

@@ -1,26 +1,38 @@
-// StateStore: the coordinator's durable state as one atomic snapshot file,
-// <dir>/state.pb (a dynmo.v1.CoordinatorState). Save writes a temp file,
-// fsyncs it, renames it over the old snapshot and fsyncs the directory, so
-// after a crash (kill -9, power loss) the file is either the old or the new
-// snapshot, never a torn one.
+// StateStore: the coordinator's durable state in --state_dir as one file per
+// record, so a commit writes what changed and nothing else:
+//   <dir>/jobs/<job name>.pb   one dynmo.v1.JobRecord per job
+//   <dir>/pool.pb              the released-GPU pool and the next GPU id (a
+//                              dynmo.v1.CoordinatorState without jobs)
+// Each file is replaced atomically: a temp file beside it (<file>.tmp),
+// fsync, rename over the old one, fsync the folder. After a crash (kill -9,
+// power loss) each file is its old or its new version, never a torn one.
+// Records are independent (a job's epoch, layout and owner live in its file
+// alone), so a set of files is always a consistent state.
+// A state dir of an older coordinator holds one snapshot, <dir>/state.pb:
+// Load reads it, and while it exists it wins over any record files (a crash
+// in the middle of a migration re-runs it); Save(state) writes every record,
+// removes record files of jobs the state lacks, then removes state.pb.
+// Job names reach the file system only as validated names ([A-Za-z0-9._-],
+// 1-128 characters: coordinator/job/validation.h); another name is refused.
 //
 // StateKeeper sits on top: a job or the released pool commits its new
-// record (CommitJob / CommitPool), which writes the whole snapshot before
-// returning. Callers commit BEFORE they act on a change (send a plan, answer
-// a claim), which is what makes epochs and pool records survive kill -9.
-// A commit that fails leaves the keeper as it was after the last good one,
-// so a change its caller refused (and rolled back) is never written by a
-// later commit; each failure is counted and handed to the failure hook.
-// A failed write leaves no temp file behind.
+// record (CommitJob / CommitPool / RemoveJob), which writes that record's
+// file before returning. Callers commit BEFORE they act on a change (send a
+// plan, answer a claim), which is what makes epochs and pool records survive
+// kill -9. A commit that fails leaves the keeper as it was after the last
+// good one, so a change its caller refused (and rolled back) is never
+// written by a later commit; each failure is counted and handed to the
+// failure hook. A failed write leaves no temp file behind.
 // An empty directory path disables persistence (commits only count).
 //
 // Read-only mode: a state dir that cannot be written (a full disk, a
-// read-only mount, no write permission) with a snapshot that reads back
-// does not stop the coordinator. The keeper opens read-only, every commit
-// is refused with UNAVAILABLE (nothing changes, as with any failed commit),
+// read-only mount, no write permission) with records that read back does
+// not stop the coordinator. The keeper opens read-only, every commit is
+// refused with UNAVAILABLE (nothing changes, as with any failed commit),
 // and each commit — and Probe, which the coordinator calls every few
 // seconds — tries the disk again; the first write that succeeds ends the
-// mode. The mode hook hears each change of mode once.
+// mode. The mode hook hears each change of mode once. An old snapshot that
+// could not be migrated at Open is migrated by the first write that works.
 // StateKeeper is thread-safe; lock order is caller's lock -> keeper's lock.
 #ifndef DYNMO_COORDINATOR_SERVICE_STATE_STORE_H_
 #define DYNMO_COORDINATOR_SERVICE_STATE_STORE_H_
@@ -52,17 +64,35 @@ class StateStore {
   // A directory that exists but cannot be written opens read-only (a read
   // lock where the LOCK file can be read): writable() says which, and why.
   absl::Status Open();
-  // Returns the newest snapshot, or nullopt when none was ever written.
-  absl::StatusOr<std::optional<dynmo::v1::CoordinatorState>> Load() const;
-  // Atomically replaces the snapshot; takes the write lock first when the
-  // store opened read-only.
+  // The whole state: the old snapshot when there is one (legacy() then
+  // says so), else the pool file and every job file, jobs by name; nullopt
+  // when the directory holds neither. A file that does not parse, or a job
+  // file whose record names another job, is DATA_LOSS naming the file.
+  absl::StatusOr<std::optional<dynmo::v1::CoordinatorState>> Load();
+  // Whether the last Load read an old single-file snapshot (state.pb).
+  bool legacy() const { return legacy_; }
+
+  // Replaces one job's file.
+  absl::Status SaveJob(const dynmo::v1::JobRecord& job);
+  // Removes one job's file (OK when there is none).
+  absl::Status RemoveJob(const std::string& name);
+  // Replaces the pool file with `pool` (its jobs, if any, are not written).
+  absl::Status SavePool(const dynmo::v1::CoordinatorState& pool);
+  // Writes the whole state: every job's file, the pool file; removes the
+  // files of jobs `state` lacks and the old snapshot, in that order.
   absl::Status Save(const dynmo::v1::CoordinatorState& state);
 
   // Whether Open found the directory writable; else `why_read_only()`.
   bool writable() const { return write_locked_; }
   const std::string& why_read_only() const { return why_read_only_; }
 
-  std::string path() const { return dir_ + "/state.pb"; }
+  std::string legacy_path() const { return dir_ + "/state.pb"; }
+  std::string pool_path() const { return dir_ + "/pool.pb"; }
+  std::string jobs_dir() const { return dir_ + "/jobs"; }
+  // <dir>/jobs/<name>.pb (the name is not checked here).
+  std::string job_path(const std::string& name) const {
+    return jobs_dir() + "/" + name + ".pb";
+  }
 
  private:
   // Takes the LOCK file's write lock (FAILED_PRECONDITION when another
@@ -70,10 +100,13 @@ class StateStore {
   absl::Status LockForWrite();
   // The LOCK file's read lock, when it exists and can be read.
   absl::Status LockForRead();
+  // The write lock (when the store opened read-only) and the jobs folder.
+  absl::Status ReadyToWrite();
 
   std::string dir_;
   int lock_fd_ = -1;
   bool write_locked_ = false;
+  bool legacy_ = false;
   std::string why_read_only_;
 };
 
@@ -85,12 +118,12 @@ class StateKeeper {
   // Opens the store and returns what it held (an empty state when new).
   absl::StatusOr<dynmo::v1::CoordinatorState> Open();
 
-  // Writes the snapshot with `job` (or the pool) as its new record; on an
-  // error nothing changes.
+  // Writes `job`'s record file (or the pool's) with it as the new record; on
+  // an error nothing changes.
   absl::Status CommitJob(const dynmo::v1::JobRecord& job);
   absl::Status CommitPool(const std::vector<dynmo::v1::ReleasedGpu>& pool,
                           uint64_t next_gpu_id);
-  // Writes the snapshot without the job `name` (a deleted job).
+  // Removes the record file of the job `name` (a deleted job).
   absl::Status RemoveJob(const std::string& name);
 
   // Called (outside the keeper's lock) with each failed commit's error:
@@ -104,8 +137,9 @@ class StateKeeper {
   void SetModeHook(std::function<void(bool writable, const absl::Status& why)> hook) {
     on_mode_ = std::move(hook);
   }
-  // In read-only mode, writes the staged state again; OK when the state dir
-  // takes writes (then the mode ends). A no-op otherwise.
+  // In read-only mode, writes the pool's record again (and migrates an old
+  // snapshot still waiting); OK when the state dir takes writes (then the
+  // mode ends). A no-op otherwise.
   absl::Status Probe();
   // True while commits are refused because the state dir cannot be written.
   bool read_only() const;
@@ -115,9 +149,18 @@ class StateKeeper {
   uint64_t failures() const;
 
  private:
-  // Writes the snapshot of the staged records; on failure restores them
-  // from the last good snapshot and returns the error.
-  absl::Status CommitLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The refusal every failed write turns into (read-only mode starts).
+  absl::Status Refused(const absl::Status& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The whole staged state (jobs, pool, next id).
+  dynmo::v1::CoordinatorState StagedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes the whole staged state when an old snapshot still waits to be
+  // migrated (OK and nothing written otherwise).
+  absl::Status MigrateLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A commit's write done: on success ++generation_ and read-only mode ends
+  // (the caller then stages its change); a failure is Refused.
+  absl::Status Written(absl::Status s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Hands a failure to the failure hook and a change of mode to the mode
+  // hook (outside the lock); returns `s`.
   absl::Status Report(absl::Status s, bool mode_changed);
 
   std::string dir_;
@@ -131,7 +174,7 @@ class StateKeeper {
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t failures_ ABSL_GUARDED_BY(mu_) = 0;
   bool read_only_ ABSL_GUARDED_BY(mu_) = false;
-  dynmo::v1::CoordinatorState saved_ ABSL_GUARDED_BY(mu_);  // last good one
+  bool migrate_ ABSL_GUARDED_BY(mu_) = false;  // an old snapshot awaits its records
 };
 
 }  // namespace dynmo::service

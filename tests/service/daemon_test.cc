@@ -221,11 +221,11 @@ TEST_F(DaemonTest, EveryDecisionIsOneJsonEventLineWithItsFields) {
   ASSERT_EQ(Ctl("claim gpu-1 --holder=other", token).rc, 1);
   ASSERT_EQ(Ctl("return gpu-1 --holder=batch", token).rc, 0);
   ASSERT_EQ(Ctl("jobs", "--timeout_s=2").rc, 1) << "no token";
-  // The state dir refuses the next commit (a directory where the temp file
-  // goes): the policy change is refused and the failure logged.
-  ASSERT_EQ(mkdir((dir_ + "/state/state.pb.tmp").c_str(), 0755), 0);
+  // The state dir refuses the job's next commit (a directory where its
+  // record's temp file goes): the policy change is refused and logged.
+  ASSERT_EQ(mkdir((dir_ + "/state/jobs/ev.pb.tmp").c_str(), 0755), 0);
   EXPECT_EQ(Ctl("policy ev --trigger=manual", token).rc, 1);
-  ASSERT_EQ(rmdir((dir_ + "/state/state.pb.tmp").c_str()), 0);
+  ASSERT_EQ(rmdir((dir_ + "/state/jobs/ev.pb.tmp").c_str()), 0);
   ASSERT_EQ(Ctl("delete ev", token).rc, 0);
   StopDaemon(SIGTERM);
 

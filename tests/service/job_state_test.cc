@@ -4,8 +4,10 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 
 #include "absl/synchronization/mutex.h"
@@ -464,9 +466,14 @@ TEST_F(JobDeletionTest, AnIdleJobExpiresAndAConnectedOneDoesNot) {
 
 TEST_F(JobDeletionTest, ADeletionTheStateDirRefusesKeepsTheJob) {
   job_->Detach(0, sink_.get());
-  ASSERT_EQ(mkdir((dir_ + "/state.pb.tmp").c_str(), 0755), 0);
+  // The job's record cannot be removed: a non-empty directory in its place.
+  const std::string record = dir_ + "/jobs/job.pb";
+  ASSERT_EQ(rename(record.c_str(), (record + ".kept").c_str()), 0);
+  ASSERT_EQ(mkdir(record.c_str(), 0755), 0);
+  std::ofstream(record + "/x") << "x";
   EXPECT_EQ(registry_->Delete("job", false).status().code(), absl::StatusCode::kUnavailable);
-  ASSERT_EQ(rmdir((dir_ + "/state.pb.tmp").c_str()), 0);
+  std::filesystem::remove_all(record);
+  ASSERT_EQ(rename((record + ".kept").c_str(), record.c_str()), 0);
   auto job = registry_->Find("job");
   ASSERT_TRUE(job.ok());
   EXPECT_TRUE((*job)->OnReport(0, Report(0, 2)).ok()) << "the job is open again";

@@ -68,9 +68,9 @@ TEST_F(ReleasedPoolTest, OnlyTheHolderReturns) {
 
 TEST_F(ReleasedPoolTest, AClaimTheStateDirRefusesIsNotWrittenLater) {
   // The temp file cannot be created: the claim is refused...
-  ASSERT_EQ(mkdir((dir_ + "/state.pb.tmp").c_str(), 0755), 0);
+  ASSERT_EQ(mkdir((dir_ + "/pool.pb.tmp").c_str(), 0755), 0);
   EXPECT_FALSE(pool_->Claim({"gpu-1"}, "a", 60, absl::Now()).ok());
-  ASSERT_EQ(rmdir((dir_ + "/state.pb.tmp").c_str()), 0);
+  ASSERT_EQ(rmdir((dir_ + "/pool.pb.tmp").c_str()), 0);
   // ... and a later successful commit does not carry it.
   ASSERT_TRUE(pool_->Claim({"gpu-2"}, "b", 60, absl::Now()).ok());
   StateKeeper again(dir_);

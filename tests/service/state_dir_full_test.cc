@@ -59,7 +59,7 @@ std::string RunOnAFullDisk(const std::string& mnt) {
     check(job->OnReport(r, Report(r, 0)).ok(), "report");
   }
   check(job->Persist().ok(), "the first commit, with room to spare");
-  const std::string tmp = state_dir + "/state.pb.tmp";
+  const std::string tmp = state_dir + "/jobs/job.pb.tmp";
 
   FillUp(mnt + "/filler");
   // An operator's change: refused with ENOSPC and not in force.

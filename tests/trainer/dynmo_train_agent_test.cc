@@ -92,7 +92,7 @@ TEST(DynmoTrainAgentTest, BadCoordinatorFlagIsAOneLineError) {
   JobResult r = RunJob(0, SkewedJob({"--pp=1", "--initial_boundaries=",
                                      "--coordinator=nowhere"}),
                        std::chrono::seconds(30));
-  ASSERT_EQ(r.exit_codes, (std::vector<int>{1}));
+  ASSERT_EQ(r.exit_codes, (std::vector<int>{2})) << r.AllLogs();
   EXPECT_THAT(r.logs[0], HasSubstr("--coordinator must be embedded, none or HOST:PORT"));
 }
 

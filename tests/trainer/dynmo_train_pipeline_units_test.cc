@@ -60,7 +60,7 @@ TEST(DynmoTrainPipelineUnitsTest, UnsupportedCombinationsAreRefused) {
   };
   for (const Case& c : cases) {
     JobResult r = RunJob(0, ElasticTinyModel(c.flags));
-    EXPECT_EQ(r.exit_codes[0], 1) << r.AllLogs();
+    EXPECT_EQ(r.exit_codes[0], 2) << r.AllLogs();  // a bad command line
     EXPECT_THAT(r.logs[0], HasSubstr(c.error)) << r.logs[0];
   }
 }

@@ -2,13 +2,15 @@
 // Run it under a torchrun-style launcher (RANK, WORLD_SIZE, MASTER_ADDR,
 // MASTER_PORT) or alone as a world of one; see trainer/README.md. Its flags
 // are grouped by concern in train_flags.h; what it prints and logs per
-// iteration is progress_sink.h.
+// iteration is progress_sink.h. A bad command line — a flag unknown, not
+// parsing, out of range or inconsistent with another or with the launcher's
+// world — is one line on stderr and exit 2 (cli/flag_parse.h), as in every
+// DynMo program; a run that fails after it started is exit 1.
 #include <iostream>
 #include <vector>
 
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/strings/str_cat.h"
+#include "cli/flag_parse.h"
 #include "cli/program_info.h"
 #include "trainer/comm/dist_env.h"
 #include "trainer/config/config.h"
@@ -23,6 +25,10 @@ int Fail(const absl::Status& status) {
   return 1;
 }
 
+int BadCommandLine(const absl::Status& status) {
+  return dynmo::cli::BadCommandLine("dynmo-train", status.message());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -34,16 +40,14 @@ int main(int argc, char** argv) {
                                        absl::ProgramUsageMessage())) {
     return 0;
   }
-  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
-  if (positional.size() > 1) {
-    return Fail(absl::InvalidArgumentError(
-        absl::StrCat("unexpected argument '", positional[1], "'")));
-  }
+  dynmo::cli::ParseFlagsOrExit(argc, argv, "dynmo-train", /*max_positional=*/0);
   absl::StatusOr<DistEnv> env = ReadDistEnv(ProcessEnv());
-  if (!env.ok()) return Fail(env.status());
+  if (!env.ok()) return BadCommandLine(env.status());
   absl::StatusOr<TrainerConfig> config = ConfigFromFlags();
-  if (!config.ok()) return Fail(config.status());
-  if (absl::Status s = ValidateConfig(*config, env->world_size); !s.ok()) return Fail(s);
+  if (!config.ok()) return BadCommandLine(config.status());
+  if (absl::Status s = ValidateConfig(*config, env->world_size); !s.ok()) {
+    return BadCommandLine(s);
+  }
 
   ProgressSink sink(*config, *env);
   if (absl::Status s = sink.Start(); !s.ok()) return Fail(s);
