@@ -1,4 +1,5 @@
-# Sourced by the trainer benchmarks (trainer_bench.sh, reshape_bench.sh):
+# Sourced by the trainer benchmarks (trainer_bench.sh, reshape_bench.sh,
+# straggler.sh, straggler_pipelining.sh):
 # starting one dynmo-train job's ranks on loopback, as torchrun would.
 #   free_port                      a TCP port free on 127.0.0.1 now
 #   run_ranks BIN_DIR WORLD OUT_DIR FLAGS...
@@ -6,6 +7,10 @@
 #                                  FLAGS (no coordinator unless FLAGS name
 #                                  one); rank r's output in OUT_DIR/rank<r>.out;
 #                                  returns when every rank exited.
+#   throttle_on [CORE] / throttle_off
+#                                  a busy loop pinned to CORE (default 1),
+#                                  sharing it with the rank there (the
+#                                  straggler benches), and its end.
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
@@ -20,4 +25,14 @@ run_ranks() {
       "$bin_dir/dynmo-train" "$@" > "$out/rank$r.out" 2>&1 &
   done
   wait
+}
+
+busy_pid=""
+throttle_on() {
+  taskset -c "${1:-1}" bash -c 'while :; do :; done' &
+  busy_pid=$!
+}
+throttle_off() {
+  if [ -n "$busy_pid" ]; then kill "$busy_pid" 2>/dev/null || true; wait "$busy_pid" 2>/dev/null || true; fi
+  busy_pid=""
 }

@@ -23,15 +23,6 @@ mkdir -p "$out"
 model=(--pp=2 --layers=8 --hidden=128 --heads=4 --seq_len=64 --micro_batch=4
        --microbatches=8 --intra_op_threads=1 --timeout_s=120 --steps="$steps")
 
-busy_pid=""
-throttle_on() {  # a busy loop sharing rank 1's core
-  taskset -c 1 bash -c 'while :; do :; done' &
-  busy_pid=$!
-}
-throttle_off() {
-  if [ -n "$busy_pid" ]; then kill "$busy_pid" 2>/dev/null || true; wait "$busy_pid" 2>/dev/null || true; fi
-  busy_pid=""
-}
 trap throttle_off EXIT
 
 # run NAME FLAGS...: rank r pinned to core r.
@@ -67,7 +58,7 @@ PY
 }
 
 echo "== throttled: rank 1's core shared with a busy loop =="
-throttle_on
+throttle_on 1
 run static-balanced --initial_boundaries=0,5,10
 for cut in 4 6 7 8; do
   run "static-$cut" --initial_boundaries=0,$cut,10

@@ -113,6 +113,7 @@ def train(rank, world, init_file, out_dir, cfg):
         record["wgrad_layers"] = sorted(set(record.get("wgrad_layers", []))
                                         | set(pipe.weight_gradient_seconds))
         record["layer_s"] = sorted(pipe.layer_seconds)
+        record["exchange_s"] = min(record.get("exchange_s", float("inf")), pipe.last_exchange_s)
         if losses:
             record["losses"].append([step, pipe.topology.dp_rank,
                                      [float(l.detach()) for l in losses]])

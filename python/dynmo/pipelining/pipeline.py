@@ -34,6 +34,7 @@ Not thread-safe: the training thread.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
@@ -149,6 +150,9 @@ class DynamicPipeline:
         self.speed_probe_every = speed_probe_every
         self.device = torch.device(device) if device is not None else torch.device("cpu")
         self.n_microbatches = n_microbatches
+        self._step_s = 0.0  # this iteration's schedule.step wall seconds
+        # The last iteration's seconds outside the layers (end_iteration).
+        self.last_exchange_s = 0.0
         self.loss_fn = loss_fn
         self.layout = ModelLayout(model, blocks, first, last)
         self.topology = Topology(pp, dp, v, "v" if self.schedule_name in _V_STYLE else "loop")
@@ -217,7 +221,10 @@ class DynamicPipeline:
             args, kwargs = (), {}
         if not self.has_last_stage:
             target, losses = None, None
-        return self.schedule.step(*args, target=target, losses=losses, **kwargs)
+        start = time.perf_counter()
+        out = self.schedule.step(*args, target=target, losses=losses, **kwargs)
+        self._step_s += time.perf_counter() - start
+        return out
 
     # ---- iteration boundaries ----------------------------------------------
 
@@ -227,6 +234,7 @@ class DynamicPipeline:
         self.last_moved_bytes = 0
         plan = self._apply_due_plan(iteration)
         self.meter.begin(iteration)
+        self._step_s = 0.0
         return plan
 
     def _apply_due_plan(self, iteration: int) -> Optional[Plan]:
@@ -249,6 +257,14 @@ class DynamicPipeline:
     def end_iteration(self, iteration: int) -> None:
         """Reports this iteration's per-layer costs (after optimizer.step)."""
         self.meter.end()
+        # The schedule's time outside this rank's layers: its sends, receives
+        # and the waits for them (and the schedule's own work), all
+        # micro-batches. On CPU the layers' clock is the same wall clock; on
+        # a GPU the layers' events and the host's clock do not subtract
+        # (kernels run behind the host), so nothing is measured there.
+        layers_s = sum(self.meter.layer_seconds.values())
+        self.last_exchange_s = (max(0.0, self._step_s - layers_s)
+                                if self.device.type == "cpu" and self._step_s > 0 else 0.0)
         if self._link is None or self.released:
             return
         # Every few iterations the speed probe, timed like the layers: the
@@ -264,7 +280,8 @@ class DynamicPipeline:
             costs = self.meter.costs(self._range(stage), self.parts.held, self.optimizer)
             used = gpu_used if self.device.type == "cuda" else self.meter.memory_used(costs)
             self._link.report(stage, iteration, costs, used, probe_s=probe_s,
-                              memory_capacity_bytes=gpu_capacity)
+                              memory_capacity_bytes=gpu_capacity,
+                              exchange_s=self.last_exchange_s)
 
     @property
     def layer_seconds(self) -> Dict[int, float]:

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# A straggler under torch.distributed.pipelining: examples/torch/
+# llama_pipelining.py (2 pipeline ranks under torchrun, Gloo, each pinned
+# to its own core) with rank 1's core shared with a busy loop, so rank 1
+# really runs at about half speed (no sleep in DynMo's code). Side by side,
+# each under the same throttle:
+#   static-balanced  the even split 0,5,10 (8 blocks + embedding + head),
+#                    fixed;
+#   static-<cut>     the fixed splits 0,<cut>,10 for cut 6, 7, 8 (the best
+#                    of them is the best static split under the throttle);
+#   dynmo            the embedded coordinator (trigger auto, the adapter's
+#                    speed probe every 5 iterations) starting from 0,5,10;
+# and, without the throttle, dynmo again (no plan expected). Prints tokens/s
+# (median of the last half of the iterations), the split each ended on, its
+# plans, and whether dynmo's losses equal static-balanced's.
+#
+#   bash bench/straggler_pipelining.sh [BUILD_DIR]     (STEPS=120 by default)
+#
+# Needs BUILD_DIR (default build) to hold the dynmo Python package and
+# dynmo-coordinator (ninja -C build dynmo_python dynmo-coordinator), the
+# torch venv of scripts/install-torch.sh, taskset and two cores.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. bench/local_ranks.sh
+build="${1:-build}"
+venv="$(bash scripts/install-torch.sh | tail -n 1)"
+export PYTHONPATH="$PWD/$build/python" DYNMO_BIN_DIR="$PWD/$build/bin" OMP_NUM_THREADS=1
+steps="${STEPS:-120}"
+out="${OUT:-out/straggler-pipelining}"
+mkdir -p "$out"
+job=(--schedule 1F1B --steps "$steps" --layers 8 --dim 128 --seq_len 64
+     --microbatches 8 --micro_batch 4)
+
+trap throttle_off EXIT
+
+run() {  # NAME [example flags...]: rank r pinned to core r.
+  local name=$1
+  shift
+  echo "== $name" >&2
+  # shellcheck disable=SC2016  # $LOCAL_RANK expands in each rank's own shell
+  "$venv/bin/torchrun" --standalone --nproc-per-node 2 --no-python \
+    sh -c 'exec taskset -c "$LOCAL_RANK" "$0" "$@"' "$venv/bin/python" \
+    examples/torch/llama_pipelining.py "${job[@]}" --log_json "$out/$name.jsonl" \
+    "$@" >"$out/$name.log" 2>&1 || { tail -20 "$out/$name.log"; exit 1; }
+}
+
+throttle_on 1
+run static-balanced --coordinator none --initial_boundaries 0,5,10
+for cut in 6 7 8; do
+  run "static-$cut" --coordinator none --initial_boundaries "0,$cut,10"
+done
+run dynmo --coordinator embedded --trigger auto --initial_boundaries 0,5,10
+throttle_off
+run dynmo-unthrottled --coordinator embedded --trigger auto --initial_boundaries 0,5,10
+run static-unthrottled --coordinator none --initial_boundaries 0,5,10
+
+"$venv/bin/python" - "$out" <<'PY'
+import json, statistics, sys
+out = sys.argv[1]
+def recs(n):
+    return [json.loads(l) for l in open(f"{out}/{n}.jsonl") if l.strip()]
+def rate(rs):
+    return statistics.median(r["tokens_per_s"] for r in rs[len(rs) // 2:])
+rows = {}
+for n in ["static-balanced", "static-6", "static-7", "static-8", "dynmo",
+          "dynmo-unthrottled", "static-unthrottled"]:
+    rs = recs(n)
+    plans = sorted({r["epoch"] for r in rs}) [1:]
+    moves = [f"{','.join(map(str, r['boundaries']))}@{r['iteration']}"
+             for a, r in zip(rs, rs[1:]) if r["epoch"] != a["epoch"]]
+    rows[n] = rate(rs)
+    print(f"{n:20s} {rows[n]:9.0f} tok/s (last half)  final split "
+          f"{','.join(map(str, rs[-1]['boundaries']))}  plans {len(plans)} "
+          f"{' '.join(moves)}")
+best = max(("static-balanced", "static-6", "static-7", "static-8"), key=rows.get)
+print(f"\nthrottled: dynmo / best static ({best}) = {rows['dynmo'] / rows[best]:.3f}x "
+      f"(target >= 0.97x); dynmo / static-balanced = "
+      f"{rows['dynmo'] / rows['static-balanced']:.2f}x (target >= 1.35x)")
+same = [r["loss"] for r in recs("dynmo")] == [r["loss"] for r in recs("static-balanced")]
+print("losses dynmo vs static-balanced (throttled):", "identical" if same else "DIFFER")
+PY
+echo "records: $out"
