@@ -5,12 +5,14 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/service/raw_message.h"
 #include "rpc/stream_outbox.h"
 
 namespace dynmo::service {
 
 using dynmo::v1::ReleasedEvent;
-using Reactor = grpc::ServerWriteReactor<ReleasedEvent>;
+using Reactor = ReleasedWatchers::Reactor;
+using Outbox = rpc::StreamOutbox<grpc::ByteBuffer, grpc::ByteBuffer, Reactor>;
 
 // One stream's state, shared by its reactor and the registry so that the
 // notifier may wake it while the reactor is being torn down.
@@ -39,21 +41,19 @@ class ReleasedWatchers::Watch {
     for (ReleasedPool::Event& e : events) {
       seq_ = e.seq;
       if (!include_claimed_ && e.event.kind() == ReleasedEvent::CLAIMED) continue;
-      outbox_.Write(std::make_shared<const ReleasedEvent>(std::move(e.event)));
+      outbox_.Write(Encoded(e.event));
     }
   }
-  rpc::StreamOutbox<dynmo::v1::WatchReleasedRequest, ReleasedEvent, Reactor>& outbox() {
-    return outbox_;
-  }
+  Outbox& outbox() { return outbox_; }
 
  private:
   void SnapshotLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     seq_ = pool_->LastSeq();
     for (dynmo::v1::ReleasedGpu& g : pool_->List("", include_claimed_)) {
-      auto e = std::make_shared<ReleasedEvent>();
-      e->set_kind(ReleasedEvent::SNAPSHOT);
-      *e->mutable_gpu() = std::move(g);
-      outbox_.Write(std::move(e));
+      ReleasedEvent e;
+      e.set_kind(ReleasedEvent::SNAPSHOT);
+      *e.mutable_gpu() = std::move(g);
+      outbox_.Write(Encoded(e));
     }
   }
 
@@ -62,7 +62,7 @@ class ReleasedWatchers::Watch {
   absl::Mutex mu_;
   uint64_t seq_ ABSL_GUARDED_BY(mu_) = 0;
   bool begun_ ABSL_GUARDED_BY(mu_) = false;
-  rpc::StreamOutbox<dynmo::v1::WatchReleasedRequest, ReleasedEvent, Reactor> outbox_;
+  Outbox outbox_;
 };
 
 class ReleasedWatchers::Stream final : public Reactor {
@@ -103,6 +103,10 @@ ReleasedWatchers::ReleasedWatchers(ReleasedPool* pool, int max_watchers)
 
 ReleasedWatchers::~ReleasedWatchers() { Stop(); }
 
+Reactor* ReleasedWatchers::Refused(const grpc::Status& status) {
+  return new RefusedWatch(status);
+}
+
 Reactor* ReleasedWatchers::Open(bool include_claimed) {
   auto* stream = new Stream(this);
   auto watch = std::make_shared<Watch>(pool_, include_claimed, stream);
@@ -113,7 +117,7 @@ Reactor* ReleasedWatchers::Open(bool include_claimed) {
       const bool stopped = stopped_;
       watch->outbox().Detach();
       delete stream;  // never started: gRPC has not seen it
-      return new RefusedWatch(
+      return Refused(
           stopped ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "the coordinator is stopping")
                   : grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                                  absl::StrCat("the coordinator already serves ", max_watchers_,

@@ -20,7 +20,9 @@
 #include "absl/synchronization/mutex.h"
 #include "coordinator/service/released_pool.h"
 #include "dynmo/v1/scheduler.pb.h"
+#include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/server_callback.h"
+#include "grpcpp/support/status.h"
 
 namespace dynmo::service {
 
@@ -32,12 +34,18 @@ class ReleasedWatchers {
   ReleasedWatchers(const ReleasedWatchers&) = delete;
   ReleasedWatchers& operator=(const ReleasedWatchers&) = delete;
 
+  // A WatchReleased stream writes encoded dynmo.v1.ReleasedEvent messages
+  // (the service takes raw bytes: scheduler_service.h).
+  using Reactor = grpc::ServerWriteReactor<grpc::ByteBuffer>;
+
   // A reactor for one WatchReleased call: the pool's snapshot, then its
   // events as they happen, CLAIMED ones only with `include_claimed`. Ends
   // when the client cancels or Stop is called. Beyond the cap, or after
   // Stop, a reactor that finishes at once with RESOURCE_EXHAUSTED
   // (UNAVAILABLE after Stop).
-  grpc::ServerWriteReactor<dynmo::v1::ReleasedEvent>* Open(bool include_claimed);
+  Reactor* Open(bool include_claimed);
+  // A reactor that finishes at once with `status` (a refused call).
+  static Reactor* Refused(const grpc::Status& status);
 
   // Finishes every open stream (OK) and ends the notifier. Idempotent.
   void Stop();

@@ -83,17 +83,13 @@ grpc::Status SchedulerServiceImpl::ServeListPlacements(
   return grpc::Status::OK;
 }
 
-grpc::ServerWriteReactor<dynmo::v1::ReleasedEvent>* SchedulerServiceImpl::WatchReleased(
-    grpc::CallbackServerContext* context, const dynmo::v1::WatchReleasedRequest* request) {
-  grpc::Status refused = auth_->CheckStatus(*context, Role::kScheduler);
-  if (refused.ok()) return watchers_.Open(request->include_claimed());
-  Done("WatchReleased", refused);
-  class Refused final : public grpc::ServerWriteReactor<dynmo::v1::ReleasedEvent> {
-   public:
-    explicit Refused(const grpc::Status& s) { Finish(s); }
-    void OnDone() override { delete this; }
-  };
-  return new Refused(refused);
+grpc::ServerWriteReactor<grpc::ByteBuffer>* SchedulerServiceImpl::WatchReleased(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw_request) {
+  dynmo::v1::WatchReleasedRequest request;
+  grpc::Status refused = Decode(*raw_request, &request);
+  if (refused.ok()) refused = auth_->CheckStatus(*context, Role::kScheduler);
+  if (refused.ok()) return watchers_.Open(request.include_claimed());
+  return ReleasedWatchers::Refused(Done("WatchReleased", refused));
 }
 
 grpc::Status SchedulerServiceImpl::ServeClaim(const grpc::ServerContextBase& context,

@@ -3,9 +3,9 @@
 // one pool operation. WatchReleased is on the callback API
 // (released_watchers.h): no thread per watcher, at most `max_watchers` at
 // once (RESOURCE_EXHAUSTED beyond), ended when the client cancels or the
-// server stops. The other calls take their requests as raw bytes on the
-// callback API (raw_message.h: bytes that do not decode are
-// INVALID_ARGUMENT) and are served inline: none waits on another.
+// server stops. Every call takes its request as raw bytes on the callback
+// API (raw_message.h: bytes that do not decode are INVALID_ARGUMENT); the
+// unary ones are served inline: none waits on another.
 // Thread-safe (the pool locks itself).
 #ifndef DYNMO_COORDINATOR_SERVICE_SCHEDULER_SERVICE_H_
 #define DYNMO_COORDINATOR_SERVICE_SCHEDULER_SERVICE_H_
@@ -18,7 +18,7 @@
 namespace dynmo::service {
 
 class SchedulerServiceImpl final
-    : public dynmo::v1::SchedulerService::WithCallbackMethod_WatchReleased<
+    : public dynmo::v1::SchedulerService::WithRawCallbackMethod_WatchReleased<
           dynmo::v1::SchedulerService::WithRawCallbackMethod_ListReleased<
               dynmo::v1::SchedulerService::WithRawCallbackMethod_Claim<
                   dynmo::v1::SchedulerService::WithRawCallbackMethod_Return<
@@ -33,9 +33,8 @@ class SchedulerServiceImpl final
   grpc::ServerUnaryReactor* ListReleased(grpc::CallbackServerContext* context,
                                          const grpc::ByteBuffer* request,
                                          grpc::ByteBuffer* response) override;
-  grpc::ServerWriteReactor<dynmo::v1::ReleasedEvent>* WatchReleased(
-      grpc::CallbackServerContext* context,
-      const dynmo::v1::WatchReleasedRequest* request) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* WatchReleased(
+      grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) override;
   grpc::ServerUnaryReactor* Claim(grpc::CallbackServerContext* context,
                                   const grpc::ByteBuffer* request,
                                   grpc::ByteBuffer* response) override;

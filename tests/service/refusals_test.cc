@@ -139,8 +139,8 @@ TEST_F(RefusalsApiTest, ARefusedClaimIsFailedPreconditionWhateverItsSizeInABound
 
 TEST_F(RefusalsApiTest, BytesThatDoNotDecodeAreInvalidArgument) {
   grpc::GenericStub stub(channel_);
-  // Every unary method: gRPC's own decoding said UNIMPLEMENTED (agent,
-  // callback) or INTERNAL (operator and scheduler, synchronous before).
+  // Every method with one request: gRPC's own decoding said UNIMPLEMENTED
+  // (agent, callback) or INTERNAL (operator and scheduler, synchronous).
   for (const char* method : {"/dynmo.v1.AgentService/Register",
                              "/dynmo.v1.AgentService/RegisterHost",
                              "/dynmo.v1.OperatorService/ListJobs",
@@ -151,7 +151,9 @@ TEST_F(RefusalsApiTest, BytesThatDoNotDecodeAreInvalidArgument) {
                              "/dynmo.v1.SchedulerService/ListReleased",
                              "/dynmo.v1.SchedulerService/Claim",
                              "/dynmo.v1.SchedulerService/Return",
-                             "/dynmo.v1.SchedulerService/ListPlacements"}) {
+                             "/dynmo.v1.SchedulerService/ListPlacements",
+                             // server streaming: one request, then the stream
+                             "/dynmo.v1.SchedulerService/WatchReleased"}) {
     grpc::ClientContext ctx;
     agent::AddBearerToken(&ctx, "train-a-token-0123456");
     const std::string garbage("\xff\xff\xff\xff\x0f not a protobuf", 20);
