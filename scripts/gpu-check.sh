@@ -98,8 +98,6 @@ failures=0
 # The two-call modes end within 590 s of the start: each step's timeout is
 # cut to what is left.
 deadline=
-# DYNMO_GPU_CHECK_SECONDS=N gives a call less (both modes in one device
-# call: build with part of the lease, test with the rest).
 case $mode in build | "test") deadline=$((SECONDS + ${DYNMO_GPU_CHECK_SECONDS:-590})) ;; esac
 # T=SECONDS TAIL=LINES step NAME CMD...: runs CMD (a program under a timeout,
 # or a function of this script) with its output in $logs/NAME.log, records
@@ -397,8 +395,6 @@ pairs=()
 if [ "$dev" = cuda ]; then
   train cuda-pp1 --layers=8 --steps=20 "${cuda[@]}"
   pairs+=(cuda-pp1:cpu-pp2)
-  # Per-layer CUDA-event clocks vs one clock per stage pass: their cost.
-  train cuda-pp1-noprofile --layers=8 --steps=20 "${cuda[@]}" --profile_layers=false
   # A pruned model on the GPU: each matrix times masked dense (cuBLAS) vs
   # LibTorch's sparse CSR (cuSPARSE) and logs its choice ("forms timed").
   T=300 TAIL=12 step cuda-prune "$bin/dynmo-train" --layers=4 --hidden=512 --heads=8 \
@@ -430,7 +426,8 @@ else
   skip nccl-pp1 "dynmo-train has no --device"
 fi
 
-# What the per-layer CUDA-event clocks cost, with and without, alternated.
+# What the per-layer CUDA-event clocks cost (with and without, alternated,
+# 3 runs each: one pair is noise; target <= 2%).
 if [ "$dev" = cuda ]; then
   T=200 TAIL=20 step clock-overhead bash "$root/scripts/gpu-clock-overhead.sh" "$bin" \
     "$runs/overhead" 3 20
@@ -481,11 +478,6 @@ for n in names:
     it = median([r.get("iteration_s", 0) for r in rs]) * 1e3
     print(f"{n:<20}{len(l):>6}" + (f"{l[0]:>14.6f}{l[-1]:>14.6f}{speed:>14.0f}{it:>16.2f}"
                                    if l else "  (no loss records)"))
-if recs.get("cuda-pp1") and recs.get("cuda-pp1-noprofile"):
-    on = median([r["iteration_s"] for r in recs["cuda-pp1"][2:]])
-    off = median([r["iteration_s"] for r in recs["cuda-pp1-noprofile"][2:]])
-    print(f"\nper-layer CUDA-event clocks: median iteration {on * 1e3:.2f} ms with, "
-          f"{off * 1e3:.2f} ms without: overhead {100 * (on - off) / off:+.2f}% (target <= 2%)")
 print(f"\n{'pair':<36}{'iters':>6}{'final a':>12}{'final b':>12}{'max |diff|':>12}{'rel final':>11}  verdict")
 bad = 0
 for p in pairs:

@@ -80,6 +80,28 @@ absl::StatusOr<std::optional<std::string>> ReadFile(const std::string& path) {
   return buf.str();
 }
 
+// The job names of the record files in `jobs_dir` (<name>.pb; temp files of
+// writes a crash interrupted are not records), sorted; nullopt when there
+// is no such folder.
+absl::StatusOr<std::optional<std::vector<std::string>>> ListJobFiles(
+    const std::string& jobs_dir) {
+  DIR* d = ::opendir(jobs_dir.c_str());
+  if (d == nullptr) {
+    if (errno == ENOENT) return std::nullopt;
+    return Errno(absl::StrCat("open ", jobs_dir));
+  }
+  std::vector<std::string> names;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string file = e->d_name;
+    if (file.size() > 3 && absl::EndsWith(file, ".pb")) {
+      names.push_back(file.substr(0, file.size() - 3));
+    }
+  }
+  ::closedir(d);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
 absl::Status CheckJobName(const std::string& name) {
   if (absl::Status s = ValidateJobName(name); !s.ok()) {
     return absl::InvalidArgumentError(
@@ -183,23 +205,10 @@ absl::StatusOr<std::optional<dynmo::v1::CoordinatorState>> StateStore::Load() {
     return absl::DataLossError(absl::StrCat(pool_path(), " is not a pool record"));
   }
   state.clear_jobs();
-  std::vector<std::string> names;
-  if (DIR* d = ::opendir(jobs_dir().c_str()); d != nullptr) {
-    any = true;
-    while (const dirent* e = ::readdir(d)) {
-      const std::string file = e->d_name;
-      // Temp files of writes a crash interrupted are not records.
-      if (file.size() > 3 && absl::EndsWith(file, ".pb")) {
-        names.push_back(file.substr(0, file.size() - 3));
-      }
-    }
-    ::closedir(d);
-  } else if (errno != ENOENT) {
-    return Errno(absl::StrCat("open ", jobs_dir()));
-  }
-  if (!any) return std::nullopt;
-  std::sort(names.begin(), names.end());
-  for (const std::string& name : names) {
+  absl::StatusOr<std::optional<std::vector<std::string>>> names = ListJobFiles(jobs_dir());
+  if (!names.ok()) return names.status();
+  if (!any && !names->has_value()) return std::nullopt;
+  for (const std::string& name : names->value_or(std::vector<std::string>{})) {
     absl::StatusOr<std::optional<std::string>> data = ReadFile(job_path(name));
     if (!data.ok()) return data.status();
     if (!data->has_value()) continue;  // removed since the listing
@@ -242,10 +251,13 @@ absl::Status StateStore::RemoveJob(const std::string& name) {
   return FsyncDir(jobs_dir());
 }
 
-absl::Status StateStore::SavePool(const dynmo::v1::CoordinatorState& pool) {
+absl::Status StateStore::SavePool(uint64_t generation, uint64_t next_gpu_id,
+                                  const std::vector<dynmo::v1::ReleasedGpu>& pool) {
   if (absl::Status s = ReadyToWrite(); !s.ok()) return s;
-  dynmo::v1::CoordinatorState record = pool;
-  record.clear_jobs();
+  dynmo::v1::CoordinatorState record;
+  record.set_generation(generation);
+  record.set_next_gpu_id(next_gpu_id);
+  for (const auto& gpu : pool) *record.add_pool() = gpu;
   std::string data;
   if (!record.SerializeToString(&data)) {
     return absl::InternalError("cannot serialize the released-GPU pool");
@@ -260,19 +272,15 @@ absl::Status StateStore::Save(const dynmo::v1::CoordinatorState& state) {
     if (absl::Status s = SaveJob(job); !s.ok()) return s;
     keep.push_back(job.name());
   }
-  if (absl::Status s = SavePool(state); !s.ok()) return s;
-  // Files of jobs the state lacks (deleted while the old snapshot ruled).
-  std::vector<std::string> stale;
-  if (DIR* d = ::opendir(jobs_dir().c_str()); d != nullptr) {
-    while (const dirent* e = ::readdir(d)) {
-      const std::string file = e->d_name;
-      if (file.size() <= 3 || !absl::EndsWith(file, ".pb")) continue;
-      const std::string name = file.substr(0, file.size() - 3);
-      if (std::find(keep.begin(), keep.end(), name) == keep.end()) stale.push_back(name);
-    }
-    ::closedir(d);
+  const std::vector<dynmo::v1::ReleasedGpu> pool(state.pool().begin(), state.pool().end());
+  if (absl::Status s = SavePool(state.generation(), state.next_gpu_id(), pool); !s.ok()) {
+    return s;
   }
-  for (const std::string& name : stale) {
+  // Files of jobs the state lacks (deleted while the old snapshot ruled).
+  absl::StatusOr<std::optional<std::vector<std::string>>> names = ListJobFiles(jobs_dir());
+  if (!names.ok()) return names.status();
+  for (const std::string& name : names->value_or(std::vector<std::string>{})) {
+    if (std::find(keep.begin(), keep.end(), name) != keep.end()) continue;
     if (absl::Status s = RemoveJob(name); !s.ok()) return s;
   }
   if (::unlink(legacy_path().c_str()) != 0) {
@@ -340,13 +348,7 @@ absl::Status StateKeeper::CommitPool(const std::vector<dynmo::v1::ReleasedGpu>& 
     absl::MutexLock lock(&mu_);
     const bool was = read_only_;
     s = MigrateLocked();
-    if (s.ok() && durable()) {
-      dynmo::v1::CoordinatorState record;
-      record.set_generation(generation_ + 1);
-      record.set_next_gpu_id(next_gpu_id);
-      for (const auto& gpu : pool) *record.add_pool() = gpu;
-      s = store_.SavePool(record);
-    }
+    if (s.ok() && durable()) s = store_.SavePool(generation_ + 1, next_gpu_id, pool);
     s = Written(std::move(s));
     if (s.ok()) {
       pool_ = pool;
@@ -381,7 +383,7 @@ absl::Status StateKeeper::Probe() {
     // The smallest write that proves the disk takes writes again (or the
     // migration an old snapshot still waits for).
     s = MigrateLocked();
-    if (s.ok()) s = store_.SavePool(StagedLocked());
+    if (s.ok()) s = store_.SavePool(generation_ + 1, next_gpu_id_, pool_);
     s = Written(std::move(s));
     changed = !read_only_;
   }
@@ -393,21 +395,17 @@ bool StateKeeper::read_only() const {
   return read_only_;
 }
 
-dynmo::v1::CoordinatorState StateKeeper::StagedLocked() const {
-  dynmo::v1::CoordinatorState state;
-  state.set_generation(generation_ + 1);
-  state.set_next_gpu_id(next_gpu_id_);
-  for (const auto& [name, job] : jobs_) *state.add_jobs() = job;
-  for (const auto& gpu : pool_) *state.add_pool() = gpu;
-  return state;
-}
-
 absl::Status StateKeeper::MigrateLocked() {
   if (!migrate_ || !durable()) return absl::OkStatus();
   // The last good state: a commit migrates before it stages its change, so
   // a change whose own write fails is never on disk (until the migration's
   // last step removes it, the old snapshot rules whatever was written).
-  if (absl::Status s = store_.Save(StagedLocked()); !s.ok()) return s;
+  dynmo::v1::CoordinatorState state;
+  state.set_generation(generation_ + 1);
+  state.set_next_gpu_id(next_gpu_id_);
+  for (const auto& [name, job] : jobs_) *state.add_jobs() = job;
+  for (const auto& gpu : pool_) *state.add_pool() = gpu;
+  if (absl::Status s = store_.Save(state); !s.ok()) return s;
   migrate_ = false;
   return absl::OkStatus();
 }

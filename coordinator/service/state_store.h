@@ -76,8 +76,10 @@ class StateStore {
   absl::Status SaveJob(const dynmo::v1::JobRecord& job);
   // Removes one job's file (OK when there is none).
   absl::Status RemoveJob(const std::string& name);
-  // Replaces the pool file with `pool` (its jobs, if any, are not written).
-  absl::Status SavePool(const dynmo::v1::CoordinatorState& pool);
+  // Replaces the pool file: the released GPUs, the next GPU id and the
+  // commit count.
+  absl::Status SavePool(uint64_t generation, uint64_t next_gpu_id,
+                        const std::vector<dynmo::v1::ReleasedGpu>& pool);
   // Writes the whole state: every job's file, the pool file; removes the
   // files of jobs `state` lacks and the old snapshot, in that order.
   absl::Status Save(const dynmo::v1::CoordinatorState& state);
@@ -151,8 +153,6 @@ class StateKeeper {
  private:
   // The refusal every failed write turns into (read-only mode starts).
   absl::Status Refused(const absl::Status& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The whole staged state (jobs, pool, next id).
-  dynmo::v1::CoordinatorState StagedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes the whole staged state when an old snapshot still waits to be
   // migrated (OK and nothing written otherwise).
   absl::Status MigrateLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

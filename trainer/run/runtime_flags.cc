@@ -60,9 +60,9 @@ absl::Status ReadRuntimeFlags(TrainerConfig& c) {
   c.layer_clock = absl::GetFlag(FLAGS_layer_clock);
   c.speed_probe_every = absl::GetFlag(FLAGS_speed_probe_every);
   c.perfetto_out = absl::GetFlag(FLAGS_perfetto_out);
-  struct stat dir;
   c.perfetto_first = absl::GetFlag(FLAGS_perfetto_first);
   c.perfetto_iterations = absl::GetFlag(FLAGS_perfetto_iterations);
+  struct stat dir;
   if (!c.perfetto_out.empty() && (stat(c.perfetto_out.c_str(), &dir) != 0 ||
                                   !S_ISDIR(dir.st_mode) ||
                                   access(c.perfetto_out.c_str(), W_OK) != 0)) {
