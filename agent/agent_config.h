@@ -43,6 +43,9 @@ struct AgentConfig {
   std::string model_fingerprint;
   int microbatches = 1;
   std::string schedule = "1f1b";
+  // Iterations the run trains in all (its last + 1); 0 = unknown. The
+  // coordinator pays for no move the run ends before repaying.
+  int64_t planned_iterations = 0;
 
   size_t queue_capacity = 64;      // samples buffered while sending lags
   absl::Duration initial_backoff = absl::Milliseconds(50);

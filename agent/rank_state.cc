@@ -260,6 +260,7 @@ dynmo::v1::RegisterRequest RankState::MakeRegisterRequest() const {
   if (pending_) r.set_pending_epoch(pending_->epoch());
   r.set_microbatches(config_.microbatches);
   r.set_schedule(config_.schedule);
+  r.set_planned_iterations(config_.planned_iterations);
   return r;
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -59,25 +60,41 @@ double SmoothedSd(double sample_sd, double smoothing) {
   return sample_sd * std::sqrt(w / (2 - w));
 }
 
+absl::StatusOr<double> ReshapeGainNoise(const PipelineModel& model,
+                                        const PipelineModel& candidate_model,
+                                        absl::Span<const double> layer_sd,
+                                        const Boundaries& current,
+                                        const Boundaries& candidate,
+                                        double candidate_scale) {
+  const int layers = static_cast<int>(model.layers.size());
+  if (static_cast<int>(layer_sd.size()) != layers ||
+      static_cast<int>(candidate_model.layers.size()) != layers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gain noise: ", layer_sd.size(), " layer deviations and ",
+        candidate_model.layers.size(), " candidate layers for ", layers, " layers"));
+  }
+  if (!std::isfinite(candidate_scale) || !(candidate_scale > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gain noise: candidate scale must be finite and > 0, got ",
+                     candidate_scale));
+  }
+  for (const auto& [b, m] :
+       {std::pair{&current, &model}, std::pair{&candidate, &candidate_model}}) {
+    if (absl::Status s = ValidateBoundaries(*b, layers, static_cast<int>(m->stages.size()));
+        !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("gain noise: ", s.message()));
+    }
+  }
+  return std::sqrt(BottleneckVariance(model, layer_sd, current) +
+                   candidate_scale * candidate_scale *
+                       BottleneckVariance(candidate_model, layer_sd, candidate));
+}
+
 absl::StatusOr<double> GainNoise(const PipelineModel& model,
                                  absl::Span<const double> layer_sd,
                                  const Boundaries& current,
                                  const Boundaries& candidate) {
-  const int layers = static_cast<int>(model.layers.size());
-  const int stages = static_cast<int>(model.stages.size());
-  if (static_cast<int>(layer_sd.size()) != layers) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "gain noise: ", layer_sd.size(), " layer deviations for ", layers,
-        " layers"));
-  }
-  for (const Boundaries* b : {&current, &candidate}) {
-    if (absl::Status s = ValidateBoundaries(*b, layers, stages); !s.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("gain noise: ", s.message()));
-    }
-  }
-  return std::sqrt(BottleneckVariance(model, layer_sd, current) +
-                   BottleneckVariance(model, layer_sd, candidate));
+  return ReshapeGainNoise(model, model, layer_sd, current, candidate, 1.0);
 }
 
 }  // namespace dynmo::core

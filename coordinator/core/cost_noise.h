@@ -55,6 +55,19 @@ absl::StatusOr<double> GainNoise(const PipelineModel& model,
                                  const Boundaries& current,
                                  const Boundaries& candidate);
 
+// The same for a re-shape to another grid: `candidate` is over
+// `candidate_model`'s stages (the same layers, another stage count), and its
+// bottleneck's spread counts `candidate_scale` times (a grid of dp'
+// replicas instead of dp runs dp / dp' as many micro-batches per replica, so
+// its time per original micro-batch is its bottleneck's times dp / dp').
+// Errors: sizes that do not match, a scale not finite and > 0.
+absl::StatusOr<double> ReshapeGainNoise(const PipelineModel& model,
+                                        const PipelineModel& candidate_model,
+                                        absl::Span<const double> layer_sd,
+                                        const Boundaries& current,
+                                        const Boundaries& candidate,
+                                        double candidate_scale);
+
 }  // namespace dynmo::core
 
 #endif  // DYNMO_COORDINATOR_CORE_COST_NOISE_H_

@@ -16,8 +16,8 @@ using dynmo::v1::CoordinatorMessage;
 
 template <typename Message>
 JobShape ShapeOf(const std::string& name, const Message& m) {
-  return JobShape{name, m.pipeline_size(), m.data_parallel_size(),
-                  m.num_layers(), m.model_fingerprint()};
+  return JobShape{name,          m.pipeline_size(),     m.data_parallel_size(),
+                  m.num_layers(), m.model_fingerprint(), m.planned_iterations()};
 }
 
 }  // namespace
@@ -336,6 +336,13 @@ void JobMachine::Measure(const core::PipelineModel& model, JobEffects* out) {
   out->measures_changed = true;
 }
 
+int64_t JobMachine::IterationsLeft() const {
+  const int64_t planned = roster_.shape().planned_iterations;
+  if (planned <= 0) return -1;
+  return std::max<int64_t>(
+      0, planned - (rebalancer_.newest_iteration() + 1) - options_.plan_lead_iterations);
+}
+
 void JobMachine::Tick(absl::Time now, JobEffects* out) {
   if (protocol_.in_flight() != nullptr) {
     RunStep(protocol_.OnTick(now, rebalancer_.newest_iteration()), now, out);
@@ -351,7 +358,7 @@ void JobMachine::Tick(absl::Time now, JobEffects* out) {
       *model, layout_, profile_, roster_.shape().pipeline_size,
       roster_.shape().data_parallel_size, roster_.CheckConnected(active).ok(),
       roster_.ReportedSince(active, rebalancer_.model_changed_iteration()),
-      std::move(speeds)});
+      std::move(speeds), IterationsLeft()});
   for (double s : rebalancer_.TakeDecisionLatencies()) out->decision_latency_s.push_back(s);
   if (!proposal) return;
   absl::StatusOr<dynmo::v1::Plan> issued =

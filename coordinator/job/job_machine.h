@@ -257,6 +257,9 @@ class JobMachine {
                 JobEffects* out);
   // The rebalancer's measures of the layout in force.
   void Measure(const core::PipelineModel& model, JobEffects* out);
+  // Iterations a plan decided now would run before the job's planned end;
+  // -1 when no rank named one.
+  int64_t IterationsLeft() const;
   // The policy's balancer, timed for the metrics.
 
   // ---- Plan effects (job_machine_plan.cc) ----

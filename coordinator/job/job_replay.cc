@@ -152,8 +152,12 @@ class Replay {
   std::vector<std::vector<int>> RanksByStage() const;
   std::vector<std::vector<int>> StaticRanksByStage() const;
   // The optimum of `layers` over static's grid at the speeds of `iter`.
-  absl::StatusOr<double> OracleCost(const std::vector<core::LayerCost>& layers,
-                                    int64_t iter) const;
+  // Record `layers` at `iter` on its own optimum over the starting grid:
+  // what it costs, and the optimum.
+  absl::StatusOr<std::pair<double, core::Boundaries>> OracleCost(
+      const std::vector<core::LayerCost>& layers, int64_t iter) const;
+  // The bound of the elastic mode in force over the records replayed.
+  absl::Status ElasticBounds(std::vector<std::vector<core::LayerCost>> records);
   // Imbalance and bubble ratio of one replica's pipeline on `grid`.
   absl::StatusOr<std::pair<double, double>> Shape(
       const std::vector<core::LayerCost>& layers, const Grid& grid) const;
@@ -348,8 +352,8 @@ absl::StatusOr<double> Replay::Cost(const std::vector<core::LayerCost>& layers,
   return run->iteration_time_s + c->allreduce_s;
 }
 
-absl::StatusOr<double> Replay::OracleCost(const std::vector<core::LayerCost>& layers,
-                                          int64_t iter) const {
+absl::StatusOr<std::pair<double, core::Boundaries>> Replay::OracleCost(
+    const std::vector<core::LayerCost>& layers, int64_t iter) const {
   const std::vector<std::vector<int>> stage_ranks = StaticRanksByStage();
   const core::PipelineModel model = SpeedModel(layers, stage_ranks, iter);
   core::PartitionOptions po;
@@ -360,7 +364,38 @@ absl::StatusOr<double> Replay::OracleCost(const std::vector<core::LayerCost>& la
   g.boundaries = best->boundaries;
   for (int s = 0; s < config_.pp; ++s) g.active_stages.push_back(s);
   g.dp = config_.dp;
-  return Cost(layers, g, stage_ranks, iter);
+  absl::StatusOr<double> cost = Cost(layers, g, stage_ranks, iter);
+  if (!cost.ok()) return cost.status();
+  return std::make_pair(*cost, std::move(g.boundaries));
+}
+
+absl::Status Replay::ElasticBounds(std::vector<std::vector<core::LayerCost>> records) {
+  const Policy& policy = config_.options.default_policy;
+  if (!policy.repack) return absl::OkStatus();
+  ElasticBoundsInput in;
+  in.records = std::move(records);
+  in.static_iteration_s = result_.static_iteration_s;
+  if (!config_.stragglers.empty()) {
+    for (int64_t iter : result_.record_iterations) {
+      std::vector<double> speeds;
+      for (int r = 0; r < config_.pp * config_.dp; ++r) speeds.push_back(TrueSpeed(r, iter));
+      in.rank_speeds.push_back(std::move(speeds));
+    }
+  }
+  in.spec = spec_;
+  in.spec.device.capacity_bytes = config_.stage_capacity_bytes;
+  in.pp = config_.pp;
+  in.dp = config_.dp;
+  if (policy.elastic == Elastic::kRelease) {
+    absl::StatusOr<ReleaseBound> b = ReleaseGpuSecondsBound(in);
+    if (!b.ok()) return b.status();
+    result_.release_bound = *b;
+  } else {
+    absl::StatusOr<ReshapeBound> b = ReshapeSpeedBound(in);
+    if (!b.ok()) return b.status();
+    result_.reshape_bound = *b;
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::pair<double, double>> Replay::Shape(
@@ -408,6 +443,8 @@ absl::StatusOr<JobReplayResult> Replay::Run() {
   const Grid fixed = grid_;
 
   std::vector<core::LayerCost> previous = core::LayerCostsOf(trace_.front());
+  std::vector<core::Boundaries> oracle_boundaries;  // per record, with `oracle`
+  std::vector<std::vector<core::LayerCost>> oracle_records;
   for (const core::TraceRecord& record : trace_) {
     const int64_t iter = record.iter;
     if (absl::Status s = Switch(iter); !s.ok()) return s;
@@ -439,9 +476,22 @@ absl::StatusOr<JobReplayResult> Replay::Run() {
     ++result_.iterations;
     now_ += absl::Seconds(*moving_s);
     if (config_.oracle) {
-      absl::StatusOr<double> best = OracleCost(layers, iter);
+      absl::StatusOr<std::pair<double, core::Boundaries>> best = OracleCost(layers, iter);
       if (!best.ok()) return AtIter(iter, best.status());
-      result_.oracle_total_s += *best;
+      result_.oracle_total_s += best->first;
+      result_.oracle_iteration_s.push_back(best->first);
+      oracle_boundaries.push_back(std::move(best->second));
+      const size_t lead = static_cast<size_t>(std::max(0, config_.options.plan_lead_iterations));
+      double delayed_s = *fixed_s;
+      if (oracle_boundaries.size() > lead) {
+        Grid g = fixed;
+        g.boundaries = oracle_boundaries[oracle_boundaries.size() - 1 - lead];
+        absl::StatusOr<double> d = Cost(layers, g, StaticRanksByStage(), iter);
+        if (!d.ok()) return AtIter(iter, d.status());
+        delayed_s = *d;
+      }
+      result_.delayed_oracle_total_s += delayed_s;
+      if (config_.options.default_policy.repack) oracle_records.push_back(layers);
     }
 
     const bool changed =
@@ -494,6 +544,8 @@ absl::StatusOr<JobReplayResult> Replay::Run() {
       result_.dynamic_total_s > 0 ? result_.static_total_s / result_.dynamic_total_s : 1;
   if (result_.oracle_total_s > 0) {
     result_.oracle_speedup = result_.static_total_s / result_.oracle_total_s;
+    result_.delayed_oracle_speedup = result_.static_total_s / result_.delayed_oracle_total_s;
+    if (absl::Status s = ElasticBounds(std::move(oracle_records)); !s.ok()) return s;
   }
   const double n_records = static_cast<double>(std::max(1, result_.iterations));
   result_.mean_imbalance_static /= n_records;
@@ -572,6 +624,8 @@ dynmo::v1::RegisterRequest ReplayRegistration(const core::Trace& trace,
   r.set_num_layers(trace.empty() ? 0 : static_cast<int>(trace.front().layers.size()));
   r.set_microbatches(config.microbatches);
   r.set_schedule(config.schedule);
+  // The trace's length is the run's: a live job names its --steps.
+  if (!trace.empty()) r.set_planned_iterations(trace.back().iter + 1);
   return r;
 }
 

@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,7 @@
 #include "coordinator/core/pipeline_sim.h"
 #include "coordinator/core/trace.h"
 #include "coordinator/job/job_machine.h"
+#include "coordinator/job/replay_bounds.h"
 #include "coordinator/job/session_sink.h"
 #include "dynmo/v1/agent.pb.h"
 
@@ -75,7 +77,9 @@ struct JobReplayConfig {
   double probe_s = 0.001;
   // Also price every record on its own optimum over the starting pp x dp
   // grid at the ranks' true speeds, moved for free: re-partitioning's
-  // ceiling (JobReplayResult::oracle_total_s).
+  // ceiling (JobReplayResult::oracle_total_s); the same delayed by the plan
+  // lead; and with re-packing on, the release or reshape bound of
+  // replay_bounds.h.
   bool oracle = false;
   // A rank flags "the model changed" (what on-event waits for) when its
   // layers' times moved by more than this since the previous record.
@@ -113,6 +117,13 @@ struct JobReplayResult {
   double migration_s = 0;
   double oracle_total_s = 0;   // with `oracle`; 0 otherwise
   double oracle_speedup = 0;   // static_total_s / oracle_total_s
+  // Record t on the oracle's partition of record t - plan lead (static
+  // before), moved for free; with `oracle`.
+  double delayed_oracle_total_s = 0;
+  double delayed_oracle_speedup = 0;
+  // With `oracle` and re-packing on: the bound of the elastic mode in force.
+  std::optional<ReleaseBound> release_bound;
+  std::optional<ReshapeBound> reshape_bound;
   // Means over records of Imbalance(StageLoads) and the pipeline
   // simulator's bubble ratio, for static's grid and the grid in force.
   double mean_imbalance_static = 0;
@@ -125,6 +136,7 @@ struct JobReplayResult {
   std::vector<int64_t> record_iterations;
   std::vector<double> static_iteration_s;
   std::vector<double> dynamic_iteration_s;
+  std::vector<double> oracle_iteration_s;  // with `oracle`; empty otherwise
   core::Boundaries final_boundaries;
   std::vector<int> final_active_stages;
   int final_pp = 0;

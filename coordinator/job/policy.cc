@@ -1,5 +1,6 @@
 #include "coordinator/job/policy.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -50,7 +51,13 @@ AutoVerdict EvaluateGain(const AutoOptions& options, const AutoInput& input) {
   const double per_mb_gain =
       input.current_bottleneck_s - input.candidate_bottleneck_s;
   const int mb = input.microbatches > 0 ? input.microbatches : 1;
-  v.gain_s = per_mb_gain * mb * options.horizon_iterations;
+  const int64_t horizon =
+      input.iterations_left < 0
+          ? options.horizon_iterations
+          : std::min<int64_t>(options.horizon_iterations, input.iterations_left);
+  v.gain_s = per_mb_gain * mb * static_cast<double>(horizon);
+  v.gain_per_iteration_s = per_mb_gain * mb;
+  v.iteration_s = input.current_bottleneck_s * mb;
   v.migration_s = options.bandwidth_bytes_per_s > 0
                       ? static_cast<double>(input.migration_bytes) /
                             options.bandwidth_bytes_per_s
@@ -71,11 +78,14 @@ AutoVerdict EvaluateGain(const AutoOptions& options, const AutoInput& input) {
                             100 * relative, 100 * options.min_relative_gain);
     return v;
   }
+  if (horizon <= 0) {
+    v.why = "the run ends before the plan would apply";
+    return v;
+  }
   if (v.gain_s < options.payback_margin * v.migration_s) {
     v.why = absl::StrFormat(
         "gain %.6fs over %d iterations does not pay back %.6fs migration x%.1f",
-        v.gain_s, options.horizon_iterations, v.migration_s,
-        options.payback_margin);
+        v.gain_s, horizon, v.migration_s, options.payback_margin);
     return v;
   }
   v.pays_back = true;
@@ -89,17 +99,31 @@ AutoVerdict EvaluateGain(const AutoOptions& options, const AutoInput& input) {
 AutoVerdict EvaluateAuto(const AutoOptions& options, const AutoInput& input) {
   AutoVerdict v = EvaluateGain(options, input);
   if (input.releases_gpus) v.pays_back = true;
+  v.releases_gpus = input.releases_gpus;
   return v;
 }
 
 bool AutoGate::Observe(const AutoVerdict& verdict, int64_t iteration) {
   if (!verdict.pays_back) {
     streak_ = 0;
+    forgone_s_ = 0;
+    streak_iteration_ = -1;
     return false;
   }
   ++streak_;
+  // Each iteration of the streak forgoes the gain once (several evaluations
+  // of one iteration count once).
+  const int64_t iterations = streak_iteration_ < 0 ? 1 : iteration - streak_iteration_;
+  if (iterations > 0) {
+    forgone_s_ += static_cast<double>(iterations) * std::max(0.0, verdict.gain_per_iteration_s);
+    streak_iteration_ = iteration;
+  }
   if (last_plan_iteration_ >= 0 &&
       iteration - last_plan_iteration_ < options_.cooldown_iterations) {
+    return false;
+  }
+  if (!verdict.releases_gpus && verdict.migration_s > verdict.iteration_s &&
+      forgone_s_ < verdict.migration_s) {
     return false;
   }
   return streak_ >= options_.confirmations;
@@ -107,6 +131,8 @@ bool AutoGate::Observe(const AutoVerdict& verdict, int64_t iteration) {
 
 void AutoGate::OnPlanIssued(int64_t iteration) {
   streak_ = 0;
+  forgone_s_ = 0;
+  streak_iteration_ = -1;
   last_plan_iteration_ = iteration;
 }
 

@@ -12,9 +12,17 @@
 //             (b) pays back the predicted migration time (bytes / bandwidth)
 //             over a horizon, by a margin, and (c) does so for several
 //             consecutive evaluations, not within a cool-down after the last
-//             plan. (a) keeps a stationary job from chasing noise (A -> B ->
-//             A); (b) keeps it from moving layers that cost more than they
-//             save; (c) is the hysteresis against a single outlier.
+//             plan, and (d) for a move that pauses the job longer than an
+//             iteration's work, the gain the job has forgone while
+//             confirming (the predicted gain per iteration, summed over the
+//             iterations of the streak) has reached the move's predicted
+//             pause: the break-even rule of ski rental. (a) keeps a
+//             stationary job from chasing noise (A -> B -> A); (b) keeps it
+//             from moving layers that cost more than they save; (c) is the
+//             hysteresis against a single outlier; (d) keeps a costly move (a
+//             re-shape copying terabytes) from chasing a change that lasts
+//             fewer iterations than the move pauses for (a hot expert for
+//             ten iterations), and leaves cheap moves as they were.
 //             The coordinator's default: it follows any of the six dynamic
 //             cases without the user choosing a frequency, and on a load
 //             that does not move it issues nothing.
@@ -109,12 +117,18 @@ struct AutoInput {
   // Re-packing releases GPUs at (nearly) no throughput loss: a gain in GPUs,
   // not in time, so such a candidate pays back on its own.
   bool releases_gpus = false;
+  // Iterations the candidate would run before the run ends; the gain counts
+  // over min(horizon, this). < 0: unknown (the horizon).
+  int64_t iterations_left = -1;
 };
 
 struct AutoVerdict {
   bool pays_back = false;
   double gain_s = 0;       // saved over the horizon
   double migration_s = 0;  // predicted cost of moving the layers
+  double gain_per_iteration_s = 0;  // predicted, per iteration
+  double iteration_s = 0;  // the bottleneck's work of one iteration, now
+  bool releases_gpus = false;  // pays back in GPUs: (d) does not apply
   std::string why;
 };
 
@@ -127,8 +141,9 @@ class AutoGate {
   explicit AutoGate(const AutoOptions& options) : options_(options) {}
 
   // Feeds the verdict of an evaluation at `iteration`; returns true when a
-  // plan should be issued now (enough consecutive positive verdicts and the
-  // cool-down has passed).
+  // plan should be issued now (enough consecutive positive verdicts, the
+  // gain forgone over them at least the move's pause, and the cool-down has
+  // passed).
   bool Observe(const AutoVerdict& verdict, int64_t iteration);
   // Starts the cool-down and clears the confirmations.
   void OnPlanIssued(int64_t iteration);
@@ -136,6 +151,8 @@ class AutoGate {
  private:
   AutoOptions options_;
   int streak_ = 0;
+  double forgone_s_ = 0;  // gain forgone over the streak's iterations
+  int64_t streak_iteration_ = -1;  // the streak's newest iteration
   int64_t last_plan_iteration_ = -1;
 };
 

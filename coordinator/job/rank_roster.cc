@@ -96,6 +96,7 @@ void RankRoster::Register(const dynmo::v1::RegisterRequest& request) {
   SetRegistered(request, &at(request.rank()));
   at(request.rank()).session_key = NewSessionKey();
   if (shape_.fingerprint.empty()) shape_.fingerprint = request.model_fingerprint();
+  shape_.planned_iterations = std::max(shape_.planned_iterations, request.planned_iterations());
 }
 
 void RankRoster::Restore(const dynmo::v1::JobRecord& record) {
@@ -122,6 +123,7 @@ void RankRoster::ToRecord(dynmo::v1::JobRecord* record) const {
   record->set_data_parallel_size(shape_.data_parallel_size);
   record->set_num_layers(shape_.num_layers);
   record->set_model_fingerprint(shape_.fingerprint);
+  record->set_planned_iterations(shape_.planned_iterations);
   for (size_t i = 0; i < ranks_.size(); ++i) {
     const RosterRank& r = ranks_[i];
     if (!r.registered) continue;

@@ -36,6 +36,7 @@ struct JobShape {
   int data_parallel_size = 1;
   int num_layers = 1;
   std::string fingerprint;  // the model's; empty until a rank names one
+  int64_t planned_iterations = 0;  // the largest a rank named; 0 = unknown
 };
 
 struct RosterRank {

@@ -104,7 +104,21 @@ bool Rebalancer::AutoGatePasses(const RebalanceContext& context,
   ai.migration_bytes = d.migration_bytes;
   ai.microbatches = context.layout.microbatches;
   ai.releases_gpus = !d.released_stages.empty();
-  if (!ai.releases_gpus) {
+  ai.iterations_left = context.iterations_left;
+  if (d.reshape.has_value()) {
+    // The candidate's stages on the slowest device (the noisier reading).
+    core::PipelineModel candidate = context.model;
+    core::StageSpec slowest = context.model.stages.front();
+    for (const core::StageSpec& st : context.model.stages) {
+      slowest.speed = std::min(slowest.speed, st.speed);
+    }
+    candidate.stages.assign(static_cast<size_t>(d.reshape->pipeline_size), slowest);
+    absl::StatusOr<double> noise = core::ReshapeGainNoise(
+        context.model, candidate, context.profile.LayerNoise(), context.layout.boundaries,
+        d.boundaries,
+        static_cast<double>(context.data_parallel) / d.reshape->data_parallel);
+    if (noise.ok()) ai.gain_noise_s = *noise;
+  } else if (!ai.releases_gpus) {
     absl::StatusOr<double> noise =
         core::GainNoise(context.model, context.profile.LayerNoise(),
                         context.layout.boundaries, d.boundaries);

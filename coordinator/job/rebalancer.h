@@ -40,6 +40,9 @@ struct RebalanceContext {
   bool changed_costs_complete;
   // Each active rank's speed by position (DecisionInput::rank_speeds).
   std::vector<double> rank_speeds = {};
+  // Iterations a plan decided now would run for before the run ends (its
+  // planned iterations less the newest and the plan lead); < 0: unknown.
+  int64_t iterations_left = -1;
 };
 
 // A decision to issue, with the plan's reason.

@@ -102,6 +102,10 @@ absl::Status ValidateRegister(const dynmo::v1::RegisterRequest& r) {
   if (r.microbatches() < 0 || r.microbatches() > 1 << 20) {
     return Invalid("microbatches must be in [0, 2^20]");
   }
+  if (r.planned_iterations() < 0) {
+    return Invalid(absl::StrCat("planned_iterations ", r.planned_iterations(),
+                                " is negative (0 = unknown)"));
+  }
   if (!r.schedule().empty()) {
     if (absl::Status s = core::ParseSchedule(r.schedule()).status(); !s.ok()) {
       return Invalid(absl::StrCat("schedule: ", s.message()));

@@ -24,6 +24,7 @@
 #include "coordinator/formats/trace_json.h"
 #include "coordinator/job/job_replay.h"
 #include "coordinator/job/policy.h"
+#include "coordinator/job/replay_bounds.h"
 
 namespace dynmo::tools {
 namespace {
@@ -382,11 +383,38 @@ nlohmann::ordered_json JobReplayToJson(const service::JobReplayResult& r,
   j["static_total_s"] = r.static_total_s;
   j["dynamic_total_s"] = r.dynamic_total_s;
   j["speedup"] = r.speedup;
+  // The last tenth of the run, where a pruned or frozen model has shrunk
+  // the most.
+  const int tail = service::TailStart(r.iterations, 0.1);
+  double static_tail = 0, dynamic_tail = 0;
+  for (size_t i = static_cast<size_t>(tail); i < r.static_iteration_s.size(); ++i) {
+    static_tail += r.static_iteration_s[i];
+    dynamic_tail += r.dynamic_iteration_s[i];
+  }
+  j["last_tenth_speedup"] = dynamic_tail > 0 ? static_tail / dynamic_tail : 1.0;
   if (f.oracle) {
     j["oracle"] = {{"what", "re-partition ceiling: each iteration on its own optimum over "
                             "the starting grid at the ranks' true speeds, moved for free"},
                    {"total_s", r.oracle_total_s},
-                   {"speedup", r.oracle_speedup}};
+                   {"speedup", r.oracle_speedup},
+                   {"delayed", {{"what", "each iteration on the optimum of the iteration "
+                                         "one plan lead earlier, moved for free"},
+                                {"lead_iterations", c.options.plan_lead_iterations},
+                                {"total_s", r.delayed_oracle_total_s},
+                                {"speedup", r.delayed_oracle_speedup}}}};
+    if (r.release_bound) {
+      j["oracle"]["release"] = {
+          {"what", "the fewest GPU-hours any release schedule spends at >= 98% of "
+                   "static's tokens/s (a Lagrangian lower bound)"},
+          {"min_gpu_hours", r.release_bound->min_gpu_s / 3600},
+          {"fraction_of_static", r.release_bound->fraction}};
+    }
+    if (r.reshape_bound) {
+      j["oracle"]["reshape"] = {
+          {"what", "each iteration on its fastest grid of the same ranks, copies free"},
+          {"speedup", r.reshape_bound->speedup},
+          {"last_tenth_speedup", r.reshape_bound->tail_speedup}};
+    }
   }
   j["gpu_hours"] = {{"static", r.static_gpu_s / 3600}, {"dynamic", r.dynamic_gpu_s / 3600}};
   int applied = 0;
@@ -427,16 +455,20 @@ nlohmann::ordered_json JobReplayToJson(const service::JobReplayResult& r,
   return j;
 }
 
-// Static and DynMo iteration by iteration, each plan decided and applied
-// as an instant event on the DynMo track.
+// Static, DynMo (and the oracle, when asked) iteration by iteration, each
+// plan decided and applied as an instant event on the DynMo track.
 nlohmann::ordered_json ReplayTimeline(const service::JobReplayResult& r,
                                       const std::string& source) {
-  std::vector<formats::TimelineTrack> tracks(2);
+  std::vector<formats::TimelineTrack> tracks(r.oracle_iteration_s.empty() ? 2 : 3);
   tracks[0].name = "static";
   tracks[1].name = "DynMo";
   for (formats::TimelineTrack& t : tracks) t.iterations = r.record_iterations;
   tracks[0].seconds = r.static_iteration_s;
   tracks[1].seconds = r.dynamic_iteration_s;
+  if (tracks.size() == 3) {
+    tracks[2].name = "oracle (free moves)";
+    tracks[2].seconds = r.oracle_iteration_s;
+  }
   std::vector<formats::TimelineMark> marks;
   for (const service::ReplayedPlan& p : r.plans) {
     std::map<std::string, std::string> args = {

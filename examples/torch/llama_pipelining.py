@@ -110,7 +110,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 o, lambda k: min(1.0, (k + 1) / 10)),  # DynMo
             coordinator=None if args.coordinator == "none" else args.coordinator,  # DynMo
             job=args.job, policy={"trigger": args.trigger, "repack": args.repack},  # DynMo
-            timing=not args.no_timing)  # DynMo
+            timing=not args.no_timing, planned_iterations=args.steps)  # DynMo
     except (TypeError, ValueError) as e:
         if rank == 0:
             print(f"llama_pipelining: {e}", file=sys.stderr)

@@ -43,7 +43,10 @@ class Agent:
     token (or ``token_file``, read like the C++ tools do); ``tls_ca`` (a PEM
     file) turns on TLS, with ``tls_cert``/``tls_key`` for mutual TLS.
     ``pipeline_rank`` (this rank's stage) defaults to ``rank``, i.e. one
-    replica. ``boundaries`` is the initial layout (empty: uniform). With
+    replica. ``boundaries`` is the initial layout (empty: uniform).
+    ``planned_iterations`` is how many iterations the run trains in all (0:
+    unknown): the coordinator then pays for no move the run would end
+    before repaying. With
     ``connect_timeout_s`` the constructor waits for the session and raises
     ``UnavailableError`` (with the coordinator's message, e.g. why it refused
     the registration) when there is none in time.
@@ -54,6 +57,7 @@ class Agent:
                  data_parallel_rank: int = 0, data_parallel_size: int = 1,
                  num_layers: int = 1, boundaries: Iterable[int] = (),
                  microbatches: int = 1, schedule: str = "1f1b",
+                 planned_iterations: int = 0,
                  model_fingerprint: str = "", host: Optional[str] = None,
                  device: int = 0, memory_capacity_bytes: int = 0,
                  token: Optional[str] = None, token_file: Optional[str] = None,
@@ -74,6 +78,9 @@ class Agent:
         c.boundaries = list(boundaries)
         c.microbatches = microbatches
         c.schedule = schedule
+        if planned_iterations < 0:
+            raise ValueError(f"planned_iterations must be >= 0, got {planned_iterations}")
+        c.planned_iterations = planned_iterations
         c.model_fingerprint = model_fingerprint
         c.host = socket.gethostname() if host is None else host
         c.device = device

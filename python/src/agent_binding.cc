@@ -210,6 +210,7 @@ void BindAgent(py::module_& m) {
       .def_readwrite("model_fingerprint", &AgentConfig::model_fingerprint)
       .def_readwrite("microbatches", &AgentConfig::microbatches)
       .def_readwrite("schedule", &AgentConfig::schedule)
+      .def_readwrite("planned_iterations", &AgentConfig::planned_iterations)
       .def_readwrite("queue_capacity", &AgentConfig::queue_capacity)
       .def_property(
           "tls_ca", [](const AgentConfig& c) { return c.channel.tls_ca; },

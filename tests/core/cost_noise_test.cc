@@ -90,5 +90,30 @@ TEST(GainNoiseTest, MismatchedSizesAreErrors) {
   EXPECT_FALSE(GainNoise(m, std::vector<double>(4, 0.1), {0, 4}, {0, 1, 4}).ok());
 }
 
+// A re-shape's candidate is over another number of stages; its bottleneck's
+// spread counts dp / dp' times (its time per original micro-batch).
+TEST(GainNoiseTest, AReshapeCandidateIsOverItsOwnStagesAndScaled) {
+  PipelineModel now = Uniform(6, 3, 1.0);  // 0,2,4,6
+  PipelineModel two = Uniform(6, 2, 1.0);  // 0,3,6
+  std::vector<double> sd = {0.1, 0.2, 0.3, 0.4, 0.5, 0.6};
+  const double cur = 0.01 + 0.04;            // stage 0 of 0,2,4,6 (a tie)
+  const double cand = 0.01 + 0.04 + 0.09;    // stage 0 of 0,3,6
+  absl::StatusOr<double> g = ReshapeGainNoise(now, two, sd, {0, 2, 4, 6}, {0, 3, 6}, 1.0);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_NEAR(*g, std::sqrt(cur + cand), 1e-12);
+  g = ReshapeGainNoise(now, two, sd, {0, 2, 4, 6}, {0, 3, 6}, 1.5);  // dp 3 -> 2
+  ASSERT_TRUE(g.ok());
+  EXPECT_NEAR(*g, std::sqrt(cur + 2.25 * cand), 1e-12);
+  // The same model and scale 1 is GainNoise.
+  EXPECT_DOUBLE_EQ(*ReshapeGainNoise(now, now, sd, {0, 2, 4, 6}, {0, 1, 4, 6}, 1.0),
+                   *GainNoise(now, sd, {0, 2, 4, 6}, {0, 1, 4, 6}));
+  // The candidate's boundaries must fit its own stages, and the scale be > 0.
+  EXPECT_FALSE(ReshapeGainNoise(now, two, sd, {0, 2, 4, 6}, {0, 2, 4, 6}, 1.0).ok());
+  EXPECT_FALSE(ReshapeGainNoise(now, two, sd, {0, 2, 4, 6}, {0, 3, 6}, 0).ok());
+  EXPECT_FALSE(ReshapeGainNoise(now, two, sd, {0, 2, 4, 6}, {0, 3, 6},
+                                std::numeric_limits<double>::quiet_NaN())
+                   .ok());
+}
+
 }  // namespace
 }  // namespace dynmo::core

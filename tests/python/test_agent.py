@@ -160,6 +160,8 @@ def test_tls_and_token_errors(tmp_path):
         dynmo.Agent("127.0.0.1:1", "j", 0, num_layers=4, token_file=str(empty))
     with pytest.raises(ValueError, match="not both"):
         dynmo.Agent("127.0.0.1:1", "j", 0, num_layers=4, token="t", token_file=str(empty))
+    with pytest.raises(ValueError, match="planned_iterations must be >= 0"):
+        dynmo.Agent("127.0.0.1:1", "j", 0, num_layers=4, planned_iterations=-1)
 
 
 def test_a_secured_coordinator_wants_the_token(tmp_path, bin_dir):

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/job/validation.h"
 #include "gtest/gtest.h"
 
 namespace dynmo::service {
@@ -50,6 +51,23 @@ dynmo::v1::RegisterRequest Reg(int rank) {
   return r;
 }
 
+// Each rank's report of `iteration`: stage 0's layers cost three times
+// stage 1's.
+std::vector<dynmo::v1::IterationReport> SkewedReports(int64_t iteration) {
+  std::vector<dynmo::v1::IterationReport> reports(kStages);
+  for (int r = 0; r < kStages; ++r) {
+    reports[r].set_iteration(iteration);
+    for (int l = r * kLayers / 2; l < (r + 1) * kLayers / 2; ++l) {
+      auto* s = reports[r].add_layers();
+      s->set_layer(l);
+      s->set_fwd_s(r == 0 ? 0.03 : 0.01);
+      s->set_bwd_s(r == 0 ? 0.06 : 0.02);
+      s->set_resident_bytes(1 << 20);
+    }
+  }
+  return reports;
+}
+
 class JobMachineTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -67,23 +85,6 @@ class JobMachineTest : public ::testing::Test {
       const std::string keys[] = {responses[r].session_key()};
       ASSERT_TRUE(machine_->Attach(ranks, keys, false, sinks_[r], &fx).ok());
     }
-  }
-
-  // Each rank's report of `iteration`: stage 0's layers cost three times
-  // stage 1's.
-  static std::vector<dynmo::v1::IterationReport> SkewedReports(int64_t iteration) {
-    std::vector<dynmo::v1::IterationReport> reports(kStages);
-    for (int r = 0; r < kStages; ++r) {
-      reports[r].set_iteration(iteration);
-      for (int l = r * kLayers / 2; l < (r + 1) * kLayers / 2; ++l) {
-        auto* s = reports[r].add_layers();
-        s->set_layer(l);
-        s->set_fwd_s(r == 0 ? 0.03 : 0.01);
-        s->set_bwd_s(r == 0 ? 0.06 : 0.02);
-        s->set_resident_bytes(1 << 20);
-      }
-    }
-    return reports;
   }
 
   static std::vector<UpstreamMessage> Upstream(
@@ -487,6 +488,77 @@ TEST(JobMachineSpeedTest, AProbeOrExchangeTimeThatIsNotFiniteIsRefused) {
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << field;
     EXPECT_NE(std::string(s.message()).find(field), std::string::npos) << s;
   }
+}
+
+}  // namespace
+}  // namespace dynmo::service
+
+namespace dynmo::service {
+namespace {
+
+// The skewed job under auto, its ranks naming `planned` iterations in all:
+// the iteration of its first plan, or -1 when none came in 30 iterations.
+// `record`: the job's record then.
+int64_t FirstAutoPlan(int64_t planned, dynmo::v1::JobRecord* record) {
+  Journal journal;
+  JobOptions o;
+  o.plan_lead_iterations = 5;
+  auto reg = [&](int rank) {
+    dynmo::v1::RegisterRequest r = Reg(rank);
+    r.set_planned_iterations(planned);
+    return r;
+  };
+  JobMachine m(reg(0), o, &journal);
+  std::vector<dynmo::v1::RegisterRequest> regs = {reg(0), reg(1)};
+  std::vector<const dynmo::v1::RegisterRequest*> all = {&regs[0], &regs[1]};
+  std::vector<dynmo::v1::RegisterResponse> responses;
+  const absl::Time t0 = absl::FromUnixSeconds(1'000'000);
+  JobEffects fx;
+  if (!m.Register(all, t0, &responses, &fx).ok()) return -2;
+  std::vector<std::shared_ptr<Sink>> sinks;
+  for (int r = 0; r < kStages; ++r) {
+    sinks.push_back(std::make_shared<Sink>());
+    const int ranks[] = {r};
+    const std::string keys[] = {responses[r].session_key()};
+    if (!m.Attach(ranks, keys, false, sinks[r], &fx).ok()) return -2;
+  }
+  for (int64_t it = 0; it < 30; ++it) {
+    const std::vector<dynmo::v1::IterationReport> reports = SkewedReports(it);
+    std::vector<UpstreamMessage> up;
+    for (int r = 0; r < kStages; ++r) up.push_back({r, &reports[r], nullptr});
+    JobEffects step;
+    if (!m.OnUpstream(up, t0, &step).ok()) return -2;
+    m.Tick(t0, &step);
+    *record = m.Record();
+    for (const auto& s : step.sends) {
+      if (s.message->has_prepare()) return it;
+    }
+  }
+  return -1;
+}
+
+// A run that names its length gets no plan it would end before repaying;
+// the length is kept in the job's record.
+TEST(JobMachinePlannedTest, NoPlanTheRunEndsBeforeRepaying) {
+  dynmo::v1::JobRecord unknown, long_run, ending;
+  const int64_t free_plan = FirstAutoPlan(0, &unknown);
+  ASSERT_GE(free_plan, 0) << "the skewed job is re-balanced under auto";
+  EXPECT_EQ(FirstAutoPlan(1000, &long_run), free_plan);
+  // Ending right after the plan would apply (the lead is 5): nothing left.
+  EXPECT_EQ(FirstAutoPlan(free_plan + 6, &ending), -1);
+  EXPECT_EQ(ending.planned_iterations(), free_plan + 6);
+  EXPECT_EQ(long_run.planned_iterations(), 1000);
+  EXPECT_EQ(unknown.planned_iterations(), 0);
+}
+
+TEST(JobMachinePlannedTest, ANegativeLengthIsRefused) {
+  dynmo::v1::RegisterRequest bad = Reg(0);
+  bad.set_planned_iterations(-5);
+  const absl::Status s = ValidateRegister(bad);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("planned_iterations"), std::string::npos) << s;
+  bad.set_planned_iterations(0);
+  EXPECT_TRUE(ValidateRegister(bad).ok());
 }
 
 }  // namespace

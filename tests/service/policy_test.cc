@@ -109,6 +109,64 @@ TEST(AutoGateTest, NeedsConsecutiveConfirmationsAndHonoursCooldown) {
   EXPECT_TRUE(gate.Observe(yes, 56));
 }
 
+TEST(EvaluateAutoTest, TheGainCountsOnlyOverTheIterationsTheRunHasLeft) {
+  AutoOptions o;  // horizon 200, 10 GB/s, margin 2
+  AutoInput in{/*current=*/0.10, /*candidate=*/0.08, /*migration_bytes=*/10LL << 30,
+               /*microbatches=*/8};  // 0.16 s an iteration, 1.07 s to move
+  EXPECT_TRUE(EvaluateAuto(o, in).pays_back);
+  in.iterations_left = 20;  // 3.2 s >= 2 x 1.07 s
+  AutoVerdict v = EvaluateAuto(o, in);
+  EXPECT_TRUE(v.pays_back) << v.why;
+  EXPECT_NEAR(v.gain_s, 0.02 * 8 * 20, 1e-9);
+  in.iterations_left = 10;  // 1.6 s < 2.15 s
+  v = EvaluateAuto(o, in);
+  EXPECT_FALSE(v.pays_back);
+  EXPECT_NE(v.why.find("over 10 iterations"), std::string::npos) << v.why;
+  in.iterations_left = 0;
+  v = EvaluateAuto(o, in);
+  EXPECT_FALSE(v.pays_back);
+  EXPECT_NE(v.why.find("run ends"), std::string::npos) << v.why;
+}
+
+// A move that pauses the job longer than an iteration waits until the gain
+// forgone while confirming has reached its pause (ski rental's break-even);
+// a cheap one needs the confirmations only.
+TEST(AutoGateTest, ACostlyMoveWaitsUntilTheForgoneGainReachesItsPause) {
+  AutoOptions o;
+  o.confirmations = 3;
+  AutoGate gate(o);
+  AutoVerdict costly;
+  costly.pays_back = true;
+  costly.iteration_s = 8;
+  costly.gain_per_iteration_s = 0.8;
+  costly.migration_s = 50;  // 62.5 iterations of gain
+  for (int it = 100; it < 162; ++it) EXPECT_FALSE(gate.Observe(costly, it)) << it;
+  EXPECT_TRUE(gate.Observe(costly, 162));  // 63 iterations x 0.8 s >= 50 s
+
+  AutoGate again(o);
+  for (int it = 100; it < 130; ++it) EXPECT_FALSE(again.Observe(costly, it));
+  EXPECT_FALSE(again.Observe(AutoVerdict{}, 130));  // the change went away
+  for (int it = 131; it < 190; ++it) EXPECT_FALSE(again.Observe(costly, it)) << it;
+
+  // Several evaluations of one iteration forgo its gain once.
+  AutoGate repeated(o);
+  for (int k = 0; k < 100; ++k) EXPECT_FALSE(repeated.Observe(costly, 100));
+
+  AutoGate cheap_gate(o);
+  AutoVerdict cheap = costly;
+  cheap.migration_s = 4;  // shorter than an iteration
+  EXPECT_FALSE(cheap_gate.Observe(cheap, 1));
+  EXPECT_FALSE(cheap_gate.Observe(cheap, 2));
+  EXPECT_TRUE(cheap_gate.Observe(cheap, 3));
+
+  AutoGate release_gate(o);
+  AutoVerdict release = costly;
+  release.releases_gpus = true;  // pays back in GPUs
+  EXPECT_FALSE(release_gate.Observe(release, 1));
+  EXPECT_FALSE(release_gate.Observe(release, 2));
+  EXPECT_TRUE(release_gate.Observe(release, 3));
+}
+
 // Noise around a balanced layout: the candidate is sometimes a hair better,
 // sometimes worse. The gate must never fire (no thrashing).
 TEST(AutoGateTest, NoiseAroundTheOptimumNeverTriggers) {

@@ -145,6 +145,7 @@ absl::Status StartAgent(const TrainerConfig& config, const DistEnv& env,
       ",vocab=", config.model.vocab, config.model.halves() ? ",units=halves" : "");
   ac.microbatches = config.microbatches;
   ac.schedule = "1f1b";
+  ac.planned_iterations = config.steps;
   absl::StatusOr<std::unique_ptr<agent::Agent>> a = agent::Agent::Start(ac);
   if (!a.ok()) return a.status();
   link->agent = *std::move(a);

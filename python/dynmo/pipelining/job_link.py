@@ -39,7 +39,8 @@ class JobLink:
                 dp: int, dp_rank: int, num_layers: int, boundaries: Sequence[int],
                 microbatches: int, schedule: str, device_index: int,
                 wire: torch.device, policy: Dict[str, Any], flags: Sequence[str] = (),
-                token_file: Optional[str] = None, tls_ca: Optional[str] = None) -> "JobLink":
+                token_file: Optional[str] = None, tls_ca: Optional[str] = None,
+                planned_iterations: int = 0) -> "JobLink":
         import dynmo  # the C++ agent: only needed with a coordinator
         address, local = coordinator, None
         if coordinator == "embedded":
@@ -59,6 +60,7 @@ class JobLink:
                 pipeline_size=num_stages, data_parallel_rank=dp_rank,
                 data_parallel_size=dp, num_layers=num_layers, boundaries=list(boundaries),
                 microbatches=microbatches, schedule=schedule,
+                planned_iterations=planned_iterations,
                 model_fingerprint=f"pipelining:{num_layers}", host=socket.gethostname(),
                 device=device_index * len(stages) + k, token_file=token_file,
                 tls_ca=tls_ca, connect_timeout_s=20)

@@ -97,7 +97,9 @@ class DynamicPipeline:
     build this rank's optimizer and scheduler. ``coordinator``: None (static),
     "embedded" (global rank 0 starts a ``dynmo-coordinator`` on loopback) or
     "HOST:PORT"; ``policy`` the job's policy keywords for ``dynmo.set_policy``
-    (trigger, balancer, repack).
+    (trigger, balancer, repack). ``planned_iterations``: the steps the run
+    trains in all (0: unknown), so the coordinator pays for no move the run
+    ends before repaying.
     """
 
     def __init__(self, model: nn.Module, *, schedule: str, n_microbatches: int,
@@ -113,7 +115,7 @@ class DynamicPipeline:
                  first: Sequence[str] = ("tok_embeddings",),
                  last: Sequence[str] = ("norm", "output"),
                  measure_activations: bool = True, timing: bool = True,
-                 speed_probe_every: int = 5) -> None:
+                 speed_probe_every: int = 5, planned_iterations: int = 0) -> None:
         if not dist.is_initialized():
             raise RuntimeError("dynmo.pipelining: call torch.distributed.init_process_group "
                                "first")
@@ -148,6 +150,9 @@ class DynamicPipeline:
             raise ValueError(f"dynmo.pipelining: speed_probe_every must be >= 0 (0: never), "
                              f"got {speed_probe_every}")
         self.speed_probe_every = speed_probe_every
+        if planned_iterations < 0:
+            raise ValueError(f"dynmo.pipelining: planned_iterations must be >= 0 (0: unknown), "
+                             f"got {planned_iterations}")
         self.device = torch.device(device) if device is not None else torch.device("cpu")
         self.n_microbatches = n_microbatches
         self._step_s = 0.0  # this iteration's schedule.step wall seconds
@@ -186,7 +191,7 @@ class DynamicPipeline:
                 schedule=_agent_schedule(self.schedule_name),
                 device_index=self.device.index or 0, wire=self._wire,
                 policy=policy or {}, flags=coordinator_flags, token_file=token_file,
-                tls_ca=tls_ca)
+                tls_ca=tls_ca, planned_iterations=planned_iterations)
 
     # ---- what the user's loop reads ----------------------------------------
 
