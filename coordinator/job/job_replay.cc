@@ -20,8 +20,6 @@ namespace {
 using dynmo::v1::CoordinatorMessage;
 using dynmo::v1::PlanAck;
 
-constexpr char kJob[] = "replay";
-
 // One simulated rank's session: what the coordinator sent it.
 class Inbox : public SessionSink {
  public:
@@ -38,59 +36,6 @@ class Inbox : public SessionSink {
  private:
   absl::Mutex mu_;
   std::vector<std::shared_ptr<const CoordinatorMessage>> messages_ ABSL_GUARDED_BY(mu_);
-};
-
-class NullJournal : public JobJournal {
- public:
-  absl::Status Commit(const dynmo::v1::JobRecord&) override { return absl::OkStatus(); }
-};
-
-class Machine : public ReplayTarget {
- public:
-  Machine(const dynmo::v1::RegisterRequest& first, const JobOptions& options)
-      : machine_(first, options, &journal_) {}
-
-  absl::Status Register(absl::Span<const dynmo::v1::RegisterRequest> ranks,
-                        std::vector<dynmo::v1::RegisterResponse>* out) override {
-    std::vector<const dynmo::v1::RegisterRequest*> all;
-    for (const auto& r : ranks) all.push_back(&r);
-    JobEffects fx;
-    absl::Status s = machine_.Register(all, now_, out, &fx);
-    Deliver(fx);
-    return s;
-  }
-  absl::Status Attach(int rank, const std::string& key,
-                      std::shared_ptr<SessionSink> sink) override {
-    const int ranks[] = {rank};
-    const std::string keys[] = {key};
-    JobEffects fx;
-    absl::Status s = machine_.Attach(ranks, keys, false, std::move(sink), &fx);
-    Deliver(fx);
-    return s;
-  }
-  absl::Status Upstream(absl::Span<const UpstreamMessage> messages,
-                        absl::Time now) override {
-    now_ = now;
-    JobEffects fx;
-    absl::Status s = machine_.OnUpstream(messages, now, &fx);
-    Deliver(fx);
-    return s;
-  }
-  void Tick(absl::Time now) override {
-    now_ = now;
-    JobEffects fx;
-    machine_.Tick(now, &fx);
-    Deliver(fx);
-  }
-
- private:
-  static void Deliver(const JobEffects& fx) {
-    for (const JobEffects::Send& s : fx.sends) s.sink->SendTo(s.ranks, s.message);
-  }
-
-  NullJournal journal_;
-  JobMachine machine_;
-  absl::Time now_ = absl::UnixEpoch();
 };
 
 // A rank as its agent would behave: holds a prepared plan, switches at its
@@ -560,79 +505,6 @@ absl::StatusOr<JobReplayResult> Replay::Run() {
 }
 
 }  // namespace
-
-absl::Status ValidateJobReplayConfig(const JobReplayConfig& c) {
-  if (c.pp < 1 || c.dp < 1 || c.microbatches < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "pp, dp and microbatches must be >= 1, got ", c.pp, ", ", c.dp, ", ", c.microbatches));
-  }
-  if (absl::StatusOr<core::Schedule> s = core::ParseSchedule(c.schedule); !s.ok()) {
-    return s.status();
-  }
-  if (!std::isfinite(c.migration_bandwidth_bytes_per_s) ||
-      c.migration_bandwidth_bytes_per_s < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "migration bandwidth must be finite and >= 0 (0 = free), got ",
-        c.migration_bandwidth_bytes_per_s));
-  }
-  for (const SpeedChange& sc : c.stragglers) {
-    if (sc.rank < 0 || sc.rank >= c.pp * c.dp) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "straggler rank ", sc.rank, " outside [0, ", c.pp * c.dp, ")"));
-    }
-    if (!std::isfinite(sc.speed) || sc.speed <= 0 || sc.speed > 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("straggler speed must be in (0, 1], got ", sc.speed));
-    }
-    if (sc.from_iteration < 0 || (sc.to_iteration >= 0 && sc.to_iteration <= sc.from_iteration)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "straggler iterations must be 0 <= from < to, got ", sc.from_iteration, " and ",
-          sc.to_iteration));
-    }
-  }
-  if (c.probe_every < 0 || !std::isfinite(c.probe_s) || c.probe_s <= 0) {
-    return absl::InvalidArgumentError("probe_every must be >= 0 and probe_s > 0");
-  }
-  if (c.bytes_per_param < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("bytes per parameter must be >= 0, got ", c.bytes_per_param));
-  }
-  if (!std::isfinite(c.change_threshold) || c.change_threshold < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("change threshold must be finite and >= 0, got ", c.change_threshold));
-  }
-  if (c.options.default_policy.trigger.kind == Trigger::Kind::kOnChange) {
-    return absl::InvalidArgumentError(
-        "trigger 'on-change' is the trace replay's, not the coordinator's: use every:N, "
-        "on-event, auto or manual");
-  }
-  return core::ValidateTrigger(c.options.default_policy.trigger);
-}
-
-dynmo::v1::RegisterRequest ReplayRegistration(const core::Trace& trace,
-                                              const JobReplayConfig& config, int rank) {
-  dynmo::v1::RegisterRequest r;
-  r.set_job(kJob);
-  r.set_rank(rank);
-  r.set_pipeline_rank(rank / config.dp);
-  r.set_data_parallel_rank(rank % config.dp);
-  r.set_pipeline_size(config.pp);
-  r.set_data_parallel_size(config.dp);
-  r.set_host(absl::StrCat("sim-", rank));
-  r.set_device(0);
-  if (config.stage_capacity_bytes >= 0) r.set_memory_capacity_bytes(config.stage_capacity_bytes);
-  r.set_num_layers(trace.empty() ? 0 : static_cast<int>(trace.front().layers.size()));
-  r.set_microbatches(config.microbatches);
-  r.set_schedule(config.schedule);
-  // The trace's length is the run's: a live job names its --steps.
-  if (!trace.empty()) r.set_planned_iterations(trace.back().iter + 1);
-  return r;
-}
-
-std::unique_ptr<ReplayTarget> MachineTarget(const dynmo::v1::RegisterRequest& first,
-                                            const JobOptions& options) {
-  return std::make_unique<Machine>(first, options);
-}
 
 absl::StatusOr<JobReplayResult> ReplayJob(const core::Trace& trace,
                                           const JobReplayConfig& config,
