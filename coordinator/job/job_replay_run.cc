@@ -6,119 +6,15 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "coordinator/core/measures.h"
 #include "coordinator/core/partition.h"
-#include "coordinator/core/stage_program.h"
 #include "coordinator/core/rebalance_trigger.h"
 #include "coordinator/core/reshape.h"
 #include "coordinator/core/stage_program.h"
+#include "coordinator/job/job_replay_run.h"
 
 namespace dynmo::service {
-namespace {
-
-using dynmo::v1::CoordinatorMessage;
-using dynmo::v1::PlanAck;
-
-// One simulated rank's session: what the coordinator sent it.
-class Inbox : public SessionSink {
- public:
-  void Send(std::shared_ptr<const CoordinatorMessage> message) override {
-    absl::MutexLock lock(&mu_);
-    messages_.push_back(std::move(message));
-  }
-  void Close(const absl::Status&) override {}
-  std::vector<std::shared_ptr<const CoordinatorMessage>> Take() {
-    absl::MutexLock lock(&mu_);
-    return std::move(messages_);
-  }
-
- private:
-  absl::Mutex mu_;
-  std::vector<std::shared_ptr<const CoordinatorMessage>> messages_ ABSL_GUARDED_BY(mu_);
-};
-
-// A rank as its agent would behave: holds a prepared plan, switches at its
-// apply iteration once committed.
-struct SimRank {
-  int pipeline_rank = 0;
-  int replica = 0;
-  uint64_t applied_epoch = 0;
-  bool released = false;
-  std::optional<dynmo::v1::Plan> held;
-  bool committed = false;
-  std::shared_ptr<Inbox> inbox = std::make_shared<Inbox>();
-};
-
-// The grid the ranks run.
-struct Grid {
-  core::Boundaries boundaries;
-  std::vector<int> active_stages;
-  int dp = 1;
-};
-
-absl::Status AtIter(int64_t iter, const absl::Status& status) {
-  return absl::Status(status.code(), absl::StrCat("iteration ", iter, ": ", status.message()));
-}
-
-PlanAck Ack(uint64_t epoch, PlanAck::State state, int64_t iteration) {
-  PlanAck a;
-  a.set_epoch(epoch);
-  a.set_state(state);
-  a.set_iteration(iteration);
-  return a;
-}
-
-class Replay {
- public:
-  Replay(const core::Trace& trace, const JobReplayConfig& config, ReplayTarget* target)
-      : trace_(trace), config_(config), target_(target) {}
-
-  absl::StatusOr<JobReplayResult> Run();
-
- private:
-  // Every inbox's messages, answered as agents do, until none is left.
-  absl::Status Drain(int64_t iteration);
-  // Ranks holding a committed plan due at `iteration` switch to it.
-  absl::Status Switch(int64_t iteration);
-  // One iteration of `layers` on `grid` whose stage i holds `stage_ranks[i]`
-  // at the ranks' true speeds at `iter`.
-  absl::StatusOr<double> Cost(const std::vector<core::LayerCost>& layers, const Grid& grid,
-                              const std::vector<std::vector<int>>& stage_ranks,
-                              int64_t iter) const;
-  // The true speed of `rank` at `iter` (config stragglers).
-  double TrueSpeed(int rank, int64_t iter) const;
-  // `layers` on stages that hold `stage_ranks`, each at its slowest rank's
-  // true speed at `iter`.
-  core::PipelineModel SpeedModel(const std::vector<core::LayerCost>& layers,
-                                 const std::vector<std::vector<int>>& stage_ranks,
-                                 int64_t iter) const;
-  // The ranks of each active stage of the grid in force / of static's.
-  std::vector<std::vector<int>> RanksByStage() const;
-  std::vector<std::vector<int>> StaticRanksByStage() const;
-  // The optimum of `layers` over static's grid at the speeds of `iter`.
-  // Record `layers` at `iter` on its own optimum over the starting grid:
-  // what it costs, and the optimum.
-  absl::StatusOr<std::pair<double, core::Boundaries>> OracleCost(
-      const std::vector<core::LayerCost>& layers, int64_t iter) const;
-  // The bound of the elastic mode in force over the records replayed.
-  absl::Status ElasticBounds(std::vector<std::vector<core::LayerCost>> records);
-  // Imbalance and bubble ratio of one replica's pipeline on `grid`.
-  absl::StatusOr<std::pair<double, double>> Shape(
-      const std::vector<core::LayerCost>& layers, const Grid& grid) const;
-  ReplayedPlan* PlanOf(uint64_t epoch);
-
-  const core::Trace& trace_;
-  const JobReplayConfig& config_;
-  ReplayTarget* target_;
-  core::ShapeSpec spec_;
-  std::vector<SimRank> ranks_;
-  Grid grid_;
-  int64_t last_iteration_ = 0;
-  double pause_s_ = 0;  // migration pause of the plan applied before this record
-  absl::Time now_ = absl::FromUnixSeconds(1'700'000'000);
-  JobReplayResult result_;
-};
+namespace replay_internal {
 
 ReplayedPlan* Replay::PlanOf(uint64_t epoch) {
   for (ReplayedPlan& p : result_.plans) {
@@ -230,132 +126,6 @@ absl::Status Replay::Switch(int64_t iteration) {
     if (absl::Status s = target_->Upstream(up, now_); !s.ok()) return AtIter(iteration, s);
   }
   return absl::OkStatus();
-}
-
-double Replay::TrueSpeed(int rank, int64_t iter) const {
-  double speed = 1;
-  for (const SpeedChange& c : config_.stragglers) {
-    if (c.rank == rank && iter >= c.from_iteration &&
-        (c.to_iteration < 0 || iter < c.to_iteration)) {
-      speed = std::min(speed, c.speed);
-    }
-  }
-  return speed;
-}
-
-std::vector<std::vector<int>> Replay::RanksByStage() const {
-  std::vector<std::vector<int>> out(grid_.active_stages.size());
-  for (size_t r = 0; r < ranks_.size(); ++r) {
-    if (ranks_[r].released) continue;
-    const auto at = std::find(grid_.active_stages.begin(), grid_.active_stages.end(),
-                              ranks_[r].pipeline_rank);
-    if (at != grid_.active_stages.end()) {
-      out[static_cast<size_t>(at - grid_.active_stages.begin())].push_back(static_cast<int>(r));
-    }
-  }
-  return out;
-}
-
-std::vector<std::vector<int>> Replay::StaticRanksByStage() const {
-  std::vector<std::vector<int>> out(static_cast<size_t>(config_.pp));
-  for (int r = 0; r < config_.pp * config_.dp; ++r) {
-    out[static_cast<size_t>(r / config_.dp)].push_back(r);
-  }
-  return out;
-}
-
-core::PipelineModel Replay::SpeedModel(const std::vector<core::LayerCost>& layers,
-                                      const std::vector<std::vector<int>>& stage_ranks,
-                                      int64_t iter) const {
-  core::PipelineModel model;
-  model.layers = layers;
-  for (const std::vector<int>& ranks : stage_ranks) {
-    core::StageSpec st;
-    for (int r : ranks) st.speed = std::min(st.speed, TrueSpeed(r, iter));
-    model.stages.push_back(st);
-  }
-  return model;
-}
-
-absl::StatusOr<double> Replay::Cost(const std::vector<core::LayerCost>& layers,
-                                    const Grid& grid,
-                                    const std::vector<std::vector<int>>& stage_ranks,
-                                    int64_t iter) const {
-  absl::StatusOr<core::ShapeCost> c = core::CostOfGrid(
-      layers, spec_,
-      core::Grid{static_cast<int>(grid.active_stages.size()), grid.dp, grid.boundaries});
-  if (!c.ok()) return c.status();
-  if (config_.stragglers.empty()) return c->iteration_s;
-  // Each stage at its slowest replica's speed; the all-reduce as priced.
-  const core::PipelineModel model = SpeedModel(layers, stage_ranks, iter);
-  core::SimConfig sim;
-  sim.schedule = spec_.schedule;
-  sim.microbatches = std::max(1, spec_.global_microbatches / grid.dp);
-  sim.stages = core::StagePassTimesFor(model, grid.boundaries);
-  absl::StatusOr<core::SimResult> run = core::SimulatePipeline(sim);
-  if (!run.ok()) return run.status();
-  return run->iteration_time_s + c->allreduce_s;
-}
-
-absl::StatusOr<std::pair<double, core::Boundaries>> Replay::OracleCost(
-    const std::vector<core::LayerCost>& layers, int64_t iter) const {
-  const std::vector<std::vector<int>> stage_ranks = StaticRanksByStage();
-  const core::PipelineModel model = SpeedModel(layers, stage_ranks, iter);
-  core::PartitionOptions po;
-  po.method = core::PartitionMethod::kOptimal;
-  absl::StatusOr<core::PartitionResult> best = core::Partition(model, po);
-  if (!best.ok()) return best.status();
-  Grid g;
-  g.boundaries = best->boundaries;
-  for (int s = 0; s < config_.pp; ++s) g.active_stages.push_back(s);
-  g.dp = config_.dp;
-  absl::StatusOr<double> cost = Cost(layers, g, stage_ranks, iter);
-  if (!cost.ok()) return cost.status();
-  return std::make_pair(*cost, std::move(g.boundaries));
-}
-
-absl::Status Replay::ElasticBounds(std::vector<std::vector<core::LayerCost>> records) {
-  const Policy& policy = config_.options.default_policy;
-  if (!policy.repack) return absl::OkStatus();
-  ElasticBoundsInput in;
-  in.records = std::move(records);
-  in.static_iteration_s = result_.static_iteration_s;
-  if (!config_.stragglers.empty()) {
-    for (int64_t iter : result_.record_iterations) {
-      std::vector<double> speeds;
-      for (int r = 0; r < config_.pp * config_.dp; ++r) speeds.push_back(TrueSpeed(r, iter));
-      in.rank_speeds.push_back(std::move(speeds));
-    }
-  }
-  in.spec = spec_;
-  in.spec.device.capacity_bytes = config_.stage_capacity_bytes;
-  in.pp = config_.pp;
-  in.dp = config_.dp;
-  if (policy.elastic == Elastic::kRelease) {
-    absl::StatusOr<ReleaseBound> b = ReleaseGpuSecondsBound(in);
-    if (!b.ok()) return b.status();
-    result_.release_bound = *b;
-  } else {
-    absl::StatusOr<ReshapeBound> b = ReshapeSpeedBound(in);
-    if (!b.ok()) return b.status();
-    result_.reshape_bound = *b;
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::pair<double, double>> Replay::Shape(
-    const std::vector<core::LayerCost>& layers, const Grid& grid) const {
-  core::PipelineModel model;
-  model.layers = layers;
-  model.stages.assign(grid.active_stages.size(), core::StageSpec{});
-  core::SimConfig sim;
-  sim.schedule = spec_.schedule;
-  sim.microbatches = std::max(1, spec_.global_microbatches / grid.dp);
-  sim.stages = core::StagePassTimesFor(model, grid.boundaries);
-  absl::StatusOr<core::SimResult> run = core::SimulatePipeline(sim);
-  if (!run.ok()) return run.status();
-  return std::make_pair(core::Imbalance(core::StageLoads(model, grid.boundaries)),
-                        run->bubble_ratio);
 }
 
 absl::StatusOr<JobReplayResult> Replay::Run() {
@@ -504,7 +274,7 @@ absl::StatusOr<JobReplayResult> Replay::Run() {
   return std::move(result_);
 }
 
-}  // namespace
+}  // namespace replay_internal
 
 absl::StatusOr<JobReplayResult> ReplayJob(const core::Trace& trace,
                                           const JobReplayConfig& config,
@@ -516,7 +286,7 @@ absl::StatusOr<JobReplayResult> ReplayJob(const core::Trace& trace,
     return absl::InvalidArgumentError(absl::StrCat(
         config.pp, " stages cannot each hold a layer of a ", num_layers, "-layer trace"));
   }
-  return Replay(trace, config, target).Run();
+  return replay_internal::Replay(trace, config, target).Run();
 }
 
 }  // namespace dynmo::service
