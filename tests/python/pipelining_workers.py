@@ -105,7 +105,16 @@ def train(rank, world, init_file, out_dir, cfg):
                             c.n_layers)
         x, y = batch(step + 1000 * pipe.topology.dp_rank, 8, c.seq_len, c.vocab)
         losses = []
-        pipe.step(x, target=y, losses=losses)
+        if cfg.get("own_step"):  # the user's loop steps the schedule itself
+            if pipe.has_first_stage:
+                pipe.schedule.step(x, target=y if pipe.has_last_stage else None,
+                                   losses=losses)
+            elif pipe.has_last_stage:
+                pipe.schedule.step(target=y, losses=losses)
+            else:
+                pipe.schedule.step()
+        else:
+            pipe.step(x, target=y, losses=losses)
         pipe.optimizer.step()
         pipe.lr_scheduler.step()
         pipe.optimizer.zero_grad(set_to_none=True)

@@ -226,10 +226,7 @@ class DynamicPipeline:
             args, kwargs = (), {}
         if not self.has_last_stage:
             target, losses = None, None
-        start = time.perf_counter()
-        out = self.schedule.step(*args, target=target, losses=losses, **kwargs)
-        self._step_s += time.perf_counter() - start
-        return out
+        return self.schedule.step(*args, target=target, losses=losses, **kwargs)
 
     # ---- iteration boundaries ----------------------------------------------
 
@@ -447,6 +444,22 @@ class DynamicPipeline:
         else:
             self._schedule = self._schedule_cls(stages, n_microbatches=self.n_microbatches,
                                                 loss_fn=self.loss_fn)
+        self._time_steps(self._schedule)
+
+    def _time_steps(self, schedule) -> None:
+        """Times every ``step`` of ``schedule`` however the loop calls it
+        (``pipe.step`` or its own ``pipe.schedule.step``, as torchtitan's
+        does): the exchanges' time is the steps' less the layers'."""
+        untimed = schedule.step
+
+        def step(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return untimed(*args, **kwargs)
+            finally:
+                self._step_s += time.perf_counter() - start
+
+        schedule.step = step
 
     @property
     def schedule(self):
