@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "coordinator/formats/megatron_layout.h"
 
 namespace dynmo::formats {
 namespace {
@@ -22,9 +23,7 @@ absl::Status Bad(absl::string_view message) {
   return absl::InvalidArgumentError(message);
 }
 
-// The most layers (and the largest repeat count) a split may name: far
-// beyond any model, small enough that expanding a Megatron layout stays cheap.
-constexpr int kMaxLayers = 1 << 20;
+constexpr int kMaxLayers = kMaxSplitLayers;
 
 constexpr char kEmbeddingFqn[] = "tok_embeddings";
 constexpr char kNormFqn[] = "norm";
@@ -244,180 +243,13 @@ absl::StatusOr<core::Boundaries> ReadTorchtitan(const json& value, SplitShape sh
   b.push_back(num_layers);
   return b;
 }
-
-// ---- Megatron: --pipeline-model-parallel-layout ---------------------------
-
-std::string WriteMegatron(absl::Span<const int> b) {
-  const int num_layers = b.back();
-  std::vector<std::string> stages;
-  for (size_t s = 0; s + 1 < b.size(); ++s) {
-    std::string stage;
-    if (b[s] == 0) stage += 'E';
-    const int blocks = std::min(b[s + 1], num_layers - 1) - std::max(b[s], 1);
-    if (blocks == 1) absl::StrAppend(&stage, "t");
-    if (blocks > 1) absl::StrAppend(&stage, "t*", blocks);
-    if (b[s + 1] == num_layers) absl::StrAppend(&stage, blocks > 0 ? ",L" : "L");
-    stages.push_back(std::move(stage));
-  }
-  return absl::StrJoin(stages, "|");
-}
-
-// An error about `layout`, shown as given (its first 80 characters).
-absl::Status LayoutError(absl::string_view layout, absl::string_view why) {
-  std::string shown = absl::CHexEscape(layout.substr(0, 80));  // one line
-  if (layout.size() > 80) shown += "...";
-  return Bad(absl::StrCat("Megatron layout \"", shown, "\" ", why));
-}
-
-bool IsLayoutUnit(char c) {
-  return c == 'E' || c == 't' || c == 'L' || c == 'm' || c == '|';
-}
-
-// Unrolls a layout the way Megatron's parser does: commas dropped,
-// "(...)*N" and then "x*N" repeated. Nested parentheses are refused, as
-// Megatron's parser cannot read them either.
-class LayoutExpander {
- public:
-  explicit LayoutExpander(absl::string_view layout) : layout_(layout) {
-    for (char c : layout) {
-      if (c != ',') text_ += c;
-    }
-  }
-
-  absl::StatusOr<std::string> Expand() {
-    if (text_.empty()) return Fail("is empty");
-    std::string out;
-    size_t i = 0;
-    while (i < text_.size()) {
-      const size_t open = text_.find_first_of("()", i);
-      if (open == std::string::npos) {
-        if (absl::Status st = Flat(absl::string_view(text_).substr(i), out); !st.ok()) {
-          return st;
-        }
-        break;
-      }
-      if (absl::Status st = Flat(absl::string_view(text_).substr(i, open - i), out);
-          !st.ok()) {
-        return st;
-      }
-      if (text_[open] == ')') return Fail("has a ')' with no '('");
-      const size_t close = text_.find_first_of("()", open + 1);
-      if (close == std::string::npos) return Fail("has a '(' with no ')'");
-      if (text_[close] == '(') return Fail("nests parentheses");
-      if (close == open + 1) return Fail("has an empty '()'");
-      i = close + 1;
-      if (i >= text_.size() || text_[i] != '*') {
-        return Fail("must repeat a '(...)' group: write '(...)*N'");
-      }
-      absl::StatusOr<int> n = Count(text_, i);
-      if (!n.ok()) return n.status();
-      std::string group;
-      if (absl::Status st =
-              Flat(absl::string_view(text_).substr(open + 1, close - open - 1), group);
-          !st.ok()) {
-        return st;
-      }
-      if (absl::Status st = Append(out, group, *n); !st.ok()) return st;
-    }
-    return out;
-  }
-
- private:
-  absl::Status Fail(absl::string_view why) const { return LayoutError(layout_, why); }
-
-  // Reads "*N" at text[i] == '*', leaving i after N.
-  absl::StatusOr<int> Count(absl::string_view text, size_t& i) const {
-    const size_t start = ++i;
-    while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
-    int n = 0;
-    if (i == start) return Fail("has a '*' with no repeat count after it");
-    if (i - start > 7 || !absl::SimpleAtoi(text.substr(start, i - start), &n) ||
-        n > kMaxLayers) {
-      return Fail(absl::StrCat("repeats more than ", kMaxLayers, " times"));
-    }
-    return n;
-  }
-
-  absl::Status Append(std::string& out, absl::string_view piece, int times) const {
-    if (out.size() + piece.size() * static_cast<size_t>(times) > 4u * kMaxLayers) {
-      return Fail(absl::StrCat("expands to more than ", 4 * kMaxLayers, " entries"));
-    }
-    for (int k = 0; k < times; ++k) out.append(piece.data(), piece.size());
-    return absl::OkStatus();
-  }
-
-  // Expands text without parentheses: letters, '|' and "x*N".
-  absl::Status Flat(absl::string_view piece, std::string& out) const {
-    size_t i = 0;
-    while (i < piece.size()) {
-      const char c = piece[i];
-      if (c == '*') return Fail("has a '*' that follows no layer letter, '|' or ')'");
-      if (!IsLayoutUnit(c)) {
-        return Fail(absl::StrCat("has '", absl::CHexEscape(std::string(1, c)),
-                                 "', not a layer letter (E, t, L), '|', '*N' or '(...)*N'"));
-      }
-      ++i;
-      int times = 1;
-      if (i < piece.size() && piece[i] == '*') {
-        absl::StatusOr<int> n = Count(piece, i);
-        if (!n.ok()) return n.status();
-        times = *n;
-      }
-      if (absl::Status st = Append(out, std::string(1, c), times); !st.ok()) return st;
-    }
-    return absl::OkStatus();
-  }
-
-  absl::string_view layout_;  // as given, for messages
-  std::string text_;          // without commas
-};
+// ---- Megatron: --pipeline-model-parallel-layout (megatron_layout.h) -----
 
 absl::StatusOr<core::Boundaries> ReadMegatron(const json& value, SplitShape shape) {
   if (!value.is_string()) {
     return Bad("pipeline_model_parallel_layout must be a string such as \"Et*2|t*2,L\"");
   }
-  const std::string given = value.get<std::string>();
-  const absl::string_view layout = absl::StripAsciiWhitespace(given);
-  absl::StatusOr<std::string> expanded = LayoutExpander(layout).Expand();
-  if (!expanded.ok()) return expanded.status();
-  auto fail = [&](absl::string_view why) { return LayoutError(layout, why); };
-  if (expanded->find('m') != std::string::npos) {
-    return fail("holds MTP layers ('m'), which have no DynMo layer; leave them out");
-  }
-  const std::vector<absl::string_view> stages = absl::StrSplit(*expanded, '|');
-  const int num_stages = static_cast<int>(stages.size());
-  if (shape.num_stages >= 0 && num_stages != shape.num_stages) {
-    return fail(absl::StrCat("has ", num_stages, " stages; the model has ",
-                             shape.num_stages));
-  }
-  std::string layers;
-  for (int s = 0; s < num_stages; ++s) {
-    if (stages[s].empty()) {
-      return fail(absl::StrCat("leaves stage ", s,
-                               " empty; every stage holds at least one layer"));
-    }
-    absl::StrAppend(&layers, stages[s]);
-  }
-  for (const auto& [letter, what] : {std::pair{'E', "embedding"}, std::pair{'L', "loss"}}) {
-    const auto n = std::count(layers.begin(), layers.end(), letter);
-    if (n != 1) {
-      return fail(absl::StrCat("names the ", what, " '", std::string(1, letter), "' ", n,
-                               " times; it needs it once"));
-    }
-  }
-  if (layers.front() != 'E') return fail("must start with the embedding 'E'");
-  if (layers.back() != 'L') return fail("must end with the loss 'L'");
-  const int num_layers = static_cast<int>(layers.size());
-  if (shape.num_layers >= 0 && num_layers != shape.num_layers) {
-    return fail(absl::StrCat("has ", num_layers - 2,
-                             " transformer layers ('t'); the model has ",
-                             std::max(shape.num_layers - 2, 0), " blocks between its embedding and head"));
-  }
-  core::Boundaries b = {0};
-  for (absl::string_view stage : stages) {
-    b.push_back(b.back() + static_cast<int>(stage.size()));
-  }
-  return b;
+  return ReadMegatronLayout(value.get<std::string>(), shape.num_layers, shape.num_stages);
 }
 
 }  // namespace
@@ -462,7 +294,7 @@ absl::StatusOr<json> WriteSplit(PlanFormat format, absl::Span<const int> b) {
       return WriteTorchtitan(b);
     case PlanFormat::kMegatron:
       if (absl::Status st = NeedEmbeddingAndHead("Megatron", b.back()); !st.ok()) return st;
-      return json(WriteMegatron(b));
+      return json(WriteMegatronLayout(b));
   }
   return Bad("unknown plan format");
 }
