@@ -30,6 +30,7 @@ class AgentConfig:
     model_fingerprint: str
     microbatches: int
     schedule: str
+    planned_iterations: int
     queue_capacity: int
     tls_ca: str
     tls_cert: str
