@@ -83,9 +83,9 @@ absl::StatusOr<double> Replay::Cost(const std::vector<core::LayerCost>& layers,
 }
 
 absl::StatusOr<std::pair<double, core::Boundaries>> Replay::OracleCost(
-    const std::vector<core::LayerCost>& layers, int64_t iter) const {
-  const std::vector<std::vector<int>> stage_ranks = StaticRanksByStage();
-  const core::PipelineModel model = SpeedModel(layers, stage_ranks, iter);
+    const std::vector<core::LayerCost>& layers,
+    const std::vector<std::vector<int>>& static_ranks, int64_t iter) const {
+  const core::PipelineModel model = SpeedModel(layers, static_ranks, iter);
   core::PartitionOptions po;
   po.method = core::PartitionMethod::kOptimal;
   absl::StatusOr<core::PartitionResult> best = core::Partition(model, po);
@@ -94,7 +94,7 @@ absl::StatusOr<std::pair<double, core::Boundaries>> Replay::OracleCost(
   g.boundaries = best->boundaries;
   for (int s = 0; s < config_.pp; ++s) g.active_stages.push_back(s);
   g.dp = config_.dp;
-  absl::StatusOr<double> cost = Cost(layers, g, stage_ranks, iter);
+  absl::StatusOr<double> cost = Cost(layers, g, static_ranks, iter);
   if (!cost.ok()) return cost.status();
   return std::make_pair(*cost, std::move(g.boundaries));
 }

@@ -156,6 +156,7 @@ absl::StatusOr<JobReplayResult> Replay::Run() {
   for (int s = 0; s < config_.pp; ++s) grid_.active_stages.push_back(s);
   grid_.dp = config_.dp;
   const Grid fixed = grid_;
+  const std::vector<std::vector<int>> static_ranks = StaticRanksByStage();
 
   std::vector<core::LayerCost> previous = core::LayerCostsOf(trace_.front());
   std::vector<core::Boundaries> oracle_boundaries;  // per record, with `oracle`
@@ -167,7 +168,7 @@ absl::StatusOr<JobReplayResult> Replay::Run() {
     if (config_.bytes_per_param > 0) {
       for (core::LayerCost& l : layers) l.params = l.resident_bytes / config_.bytes_per_param;
     }
-    absl::StatusOr<double> fixed_s = Cost(layers, fixed, StaticRanksByStage(), iter);
+    absl::StatusOr<double> fixed_s = Cost(layers, fixed, static_ranks, iter);
     if (!fixed_s.ok()) return AtIter(iter, fixed_s.status());
     absl::StatusOr<double> moving_s = Cost(layers, grid_, RanksByStage(), iter);
     if (!moving_s.ok()) return AtIter(iter, moving_s.status());
@@ -191,7 +192,8 @@ absl::StatusOr<JobReplayResult> Replay::Run() {
     ++result_.iterations;
     now_ += absl::Seconds(*moving_s);
     if (config_.oracle) {
-      absl::StatusOr<std::pair<double, core::Boundaries>> best = OracleCost(layers, iter);
+      absl::StatusOr<std::pair<double, core::Boundaries>> best =
+          OracleCost(layers, static_ranks, iter);
       if (!best.ok()) return AtIter(iter, best.status());
       result_.oracle_total_s += best->first;
       result_.oracle_iteration_s.push_back(best->first);
@@ -201,7 +203,7 @@ absl::StatusOr<JobReplayResult> Replay::Run() {
       if (oracle_boundaries.size() > lead) {
         Grid g = fixed;
         g.boundaries = oracle_boundaries[oracle_boundaries.size() - 1 - lead];
-        absl::StatusOr<double> d = Cost(layers, g, StaticRanksByStage(), iter);
+        absl::StatusOr<double> d = Cost(layers, g, static_ranks, iter);
         if (!d.ok()) return AtIter(iter, d.status());
         delayed_s = *d;
       }

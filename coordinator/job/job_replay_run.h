@@ -102,10 +102,11 @@ class Replay {
   // The ranks of each active stage of the grid in force / of static's.
   std::vector<std::vector<int>> RanksByStage() const;
   std::vector<std::vector<int>> StaticRanksByStage() const;
-  // Record `layers` at `iter` on its own optimum over the starting grid:
-  // what it costs, and the optimum.
+  // Record `layers` at `iter` on its own optimum over the starting grid
+  // (whose stage i holds `static_ranks[i]`): what it costs, and the optimum.
   absl::StatusOr<std::pair<double, core::Boundaries>> OracleCost(
-      const std::vector<core::LayerCost>& layers, int64_t iter) const;
+      const std::vector<core::LayerCost>& layers,
+      const std::vector<std::vector<int>>& static_ranks, int64_t iter) const;
   // The bound of the elastic mode in force over the records replayed.
   absl::Status ElasticBounds(std::vector<std::vector<core::LayerCost>> records);
   // One replica's pipeline of `model` on `grid`, simulated.

@@ -6,8 +6,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "absl/time/time.h"
 #include "coordinator/job/job_machine.h"
 
 namespace dynmo::service {
@@ -51,6 +53,26 @@ inline dynmo::v1::RegisterRequest Reg(int rank) {
 
 // Each rank's report of `iteration`: stage 0's layers cost three times
 // stage 1's.
+// Registers `regs` with `m` at `now` and attaches every rank's session to a
+// sink of its own; returns the sinks, one per rank, or none when the machine
+// refused the registration or an attach.
+inline std::vector<std::shared_ptr<Sink>> RegisterAndAttach(
+    JobMachine& m, const std::vector<dynmo::v1::RegisterRequest>& regs, absl::Time now) {
+  std::vector<const dynmo::v1::RegisterRequest*> all;
+  for (const auto& r : regs) all.push_back(&r);
+  std::vector<dynmo::v1::RegisterResponse> responses;
+  JobEffects fx;
+  if (!m.Register(all, now, &responses, &fx).ok()) return {};
+  std::vector<std::shared_ptr<Sink>> sinks;
+  for (size_t i = 0; i < regs.size(); ++i) {
+    sinks.push_back(std::make_shared<Sink>());
+    const int ranks[] = {regs[i].rank()};
+    const std::string keys[] = {responses[i].session_key()};
+    if (!m.Attach(ranks, keys, false, sinks.back(), &fx).ok()) return {};
+  }
+  return sinks;
+}
+
 inline std::vector<dynmo::v1::IterationReport> SkewedReports(int64_t iteration) {
   std::vector<dynmo::v1::IterationReport> reports(kStages);
   for (int r = 0; r < kStages; ++r) {

@@ -27,16 +27,7 @@ bool FeedSlowRanks(JobMachine& m, const std::vector<double>& slow, int layers) {
   };
   std::vector<dynmo::v1::RegisterRequest> regs;
   for (int r = 0; r < n; ++r) regs.push_back(reg(r));
-  std::vector<const dynmo::v1::RegisterRequest*> all;
-  for (const auto& r : regs) all.push_back(&r);
-  std::vector<dynmo::v1::RegisterResponse> responses;
-  JobEffects fx;
-  EXPECT_TRUE(m.Register(all, absl::UnixEpoch(), &responses, &fx).ok());
-  for (int r = 0; r < n; ++r) {
-    const int ranks[] = {r};
-    const std::string keys[] = {responses[r].session_key()};
-    EXPECT_TRUE(m.Attach(ranks, keys, false, std::make_shared<Sink>(), &fx).ok());
-  }
+  EXPECT_EQ(RegisterAndAttach(m, regs, absl::UnixEpoch()).size(), static_cast<size_t>(n));
   bool speed_event = false;
   const int per_rank = layers / n;
   for (int it = 0; it < 12; ++it) {
@@ -131,16 +122,7 @@ void FeedReplicas(JobMachine& m, int pp, int dp, const std::vector<double>& prob
     r.set_num_layers(layers);
     regs.push_back(r);
   }
-  std::vector<const dynmo::v1::RegisterRequest*> all;
-  for (const auto& r : regs) all.push_back(&r);
-  std::vector<dynmo::v1::RegisterResponse> responses;
-  JobEffects fx;
-  ASSERT_TRUE(m.Register(all, absl::UnixEpoch(), &responses, &fx).ok());
-  for (int r = 0; r < n; ++r) {
-    const int ranks[] = {r};
-    const std::string keys[] = {responses[r].session_key()};
-    ASSERT_TRUE(m.Attach(ranks, keys, false, std::make_shared<Sink>(), &fx).ok());
-  }
+  ASSERT_EQ(RegisterAndAttach(m, regs, absl::UnixEpoch()).size(), static_cast<size_t>(n));
   const int per_stage = layers / pp;
   for (int it = 0; it < iterations; ++it) {
     std::vector<dynmo::v1::IterationReport> reports(static_cast<size_t>(n));
@@ -255,7 +237,6 @@ TEST(JobMachineSpeedTest, AProbeOrExchangeTimeThatIsNotFiniteIsRefused) {
     EXPECT_NE(std::string(s.message()).find(field), std::string::npos) << s;
   }
 }
-
 
 }  // namespace
 }  // namespace dynmo::service

@@ -21,17 +21,8 @@ class JobMachineTest : public ::testing::Test {
     options_.default_policy.trigger = Trigger{Trigger::Kind::kManual};
     options_.plan_lead_iterations = 5;
     machine_ = std::make_unique<JobMachine>(Reg(0), options_, &journal_);
-    std::vector<dynmo::v1::RegisterRequest> regs = {Reg(0), Reg(1)};
-    std::vector<const dynmo::v1::RegisterRequest*> all = {&regs[0], &regs[1]};
-    std::vector<dynmo::v1::RegisterResponse> responses;
-    JobEffects fx;
-    ASSERT_TRUE(machine_->Register(all, t0_, &responses, &fx).ok());
-    for (int r = 0; r < kStages; ++r) {
-      sinks_.push_back(std::make_shared<Sink>());
-      const int ranks[] = {r};
-      const std::string keys[] = {responses[r].session_key()};
-      ASSERT_TRUE(machine_->Attach(ranks, keys, false, sinks_[r], &fx).ok());
-    }
+    sinks_ = RegisterAndAttach(*machine_, {Reg(0), Reg(1)}, t0_);
+    ASSERT_EQ(sinks_.size(), static_cast<size_t>(kStages));
   }
 
   static std::vector<UpstreamMessage> Upstream(
@@ -124,16 +115,8 @@ TEST_F(JobMachineTest, SameEventsSameEffects) {
   // message: nothing depends on a clock or a lock.
   Journal journal2;
   JobMachine twin(Reg(0), options_, &journal2);
-  std::vector<dynmo::v1::RegisterRequest> regs = {Reg(0), Reg(1)};
-  std::vector<const dynmo::v1::RegisterRequest*> all = {&regs[0], &regs[1]};
-  std::vector<dynmo::v1::RegisterResponse> responses;
+  ASSERT_EQ(RegisterAndAttach(twin, {Reg(0), Reg(1)}, t0_).size(), static_cast<size_t>(kStages));
   JobEffects fx;
-  ASSERT_TRUE(twin.Register(all, t0_, &responses, &fx).ok());
-  for (int r = 0; r < kStages; ++r) {
-    const int ranks[] = {r};
-    const std::string keys[] = {responses[r].session_key()};
-    ASSERT_TRUE(twin.Attach(ranks, keys, false, std::make_shared<Sink>(), &fx).ok());
-  }
   Report(3);
   const std::vector<dynmo::v1::IterationReport> reports = SkewedReports(3);
   ASSERT_TRUE(twin.OnUpstream(Upstream(reports), t0_, &fx).ok());
@@ -194,11 +177,6 @@ TEST_F(JobMachineTest, ARefusedBatchChangesNothing) {
   EXPECT_EQ(machine_->Summary().reports(), 0);
 }
 
-}  // namespace
-}  // namespace dynmo::service
-
-namespace dynmo::service {
-namespace {
 
 // The skewed job under auto, its ranks naming `planned` iterations in all:
 // the iteration of its first plan, or -1 when none came in 30 iterations.
@@ -213,19 +191,8 @@ int64_t FirstAutoPlan(int64_t planned, dynmo::v1::JobRecord* record) {
     return r;
   };
   JobMachine m(reg(0), o, &journal);
-  std::vector<dynmo::v1::RegisterRequest> regs = {reg(0), reg(1)};
-  std::vector<const dynmo::v1::RegisterRequest*> all = {&regs[0], &regs[1]};
-  std::vector<dynmo::v1::RegisterResponse> responses;
   const absl::Time t0 = absl::FromUnixSeconds(1'000'000);
-  JobEffects fx;
-  if (!m.Register(all, t0, &responses, &fx).ok()) return -2;
-  std::vector<std::shared_ptr<Sink>> sinks;
-  for (int r = 0; r < kStages; ++r) {
-    sinks.push_back(std::make_shared<Sink>());
-    const int ranks[] = {r};
-    const std::string keys[] = {responses[r].session_key()};
-    if (!m.Attach(ranks, keys, false, sinks[r], &fx).ok()) return -2;
-  }
+  if (RegisterAndAttach(m, {reg(0), reg(1)}, t0).size() != kStages) return -2;
   for (int64_t it = 0; it < 30; ++it) {
     const std::vector<dynmo::v1::IterationReport> reports = SkewedReports(it);
     std::vector<UpstreamMessage> up;
