@@ -36,6 +36,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "agent/channel.h"
+#include "agent/client_credentials.h"
 #include "cli/address.h"
 #include "cli/coordinator_flags.h"
 #include "cli/flag_parse.h"
@@ -263,18 +264,11 @@ int main(int argc, char** argv) {
   // Token and TLS: the --coordinator_* flags every client shares.
   absl::StatusOr<cli::CoordinatorClientFlags> client = cli::ReadCoordinatorClientFlags();
   if (!client.ok()) return Usage(std::string(client.status().message()));
-  if (!client->token_file.empty()) {
-    absl::StatusOr<std::string> t = agent::ReadToken(client->token_file);
-    if (!t.ok()) return Usage(std::string(t.status().message()));
-    token = *t;
-  }
-  agent::ChannelOptions co;
-  co.tls_ca = client->tls_ca;
-  co.tls_cert = client->tls_cert;
-  co.tls_key = client->tls_key;
-  co.tls_server_name = client->tls_server_name;
+  absl::StatusOr<agent::ClientCredentials> credentials = agent::CredentialsFrom(*client);
+  if (!credentials.ok()) return Usage(std::string(credentials.status().message()));
+  token = credentials->token;
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
-      agent::MakeChannel(absl::GetFlag(FLAGS_coordinator), co);
+      agent::MakeChannel(absl::GetFlag(FLAGS_coordinator), credentials->channel);
   if (!channel.ok()) return Usage(std::string(channel.status().message()));
   auto ops = v1::OperatorService::NewStub(*channel);
   auto sched = v1::SchedulerService::NewStub(*channel);

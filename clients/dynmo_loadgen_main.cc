@@ -22,16 +22,12 @@
 // failed, per-plan delivery latency (decision to the last rank holding the
 // COMMIT), the imbalance of the last record under the initial and the final
 // layout, released stages.
-#include <stdlib.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -46,18 +42,17 @@
 #include "absl/time/time.h"
 #include "agent/agent.h"
 #include "agent/channel.h"
+#include "agent/client_credentials.h"
 #include "agent/host_agent.h"
 #include "cli/address.h"
 #include "cli/coordinator_flags.h"
 #include "cli/flag_parse.h"
 #include "cli/program_info.h"
-#include "coordinator/core/measures.h"
+#include "clients/loadgen_relays.h"
+#include "clients/loadgen_trace.h"
 #include "coordinator/core/partition.h"
-#include "coordinator/core/scenario.h"
 #include "coordinator/core/trace.h"
-#include "coordinator/formats/trace_json.h"
 #include "nlohmann/json.hpp"
-#include "relay/node_relay.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:50051", "coordinator address");
 ABSL_FLAG(std::string, job, "loadgen", "job name");
@@ -99,14 +94,6 @@ double Percentile(std::vector<double> v, double p) {
   std::sort(v.begin(), v.end());
   size_t i = static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5);
   return v[std::min(i, v.size() - 1)];
-}
-
-double ImbalanceOf(const core::TraceRecord& record,
-                   const std::vector<int>& boundaries) {
-  core::PipelineModel model;
-  model.layers = core::LayerCostsOf(record);
-  model.stages.assign(boundaries.size() - 1, core::StageSpec{});
-  return core::Imbalance(core::StageLoads(model, boundaries));
 }
 
 }  // namespace
@@ -159,54 +146,27 @@ int main(int argc, char** argv) {
   const int stages = agents / dp;
   const std::string scenario = absl::GetFlag(FLAGS_scenario);
   const std::string trace_file = absl::GetFlag(FLAGS_trace);
-  if (scenario.empty() == trace_file.empty()) {
-    return Die("give exactly one of --scenario and --trace");
-  }
-
-  core::Trace trace;
-  if (!scenario.empty()) {
-    absl::StatusOr<core::Scenario> sc = core::ParseScenario(scenario);
-    if (!sc.ok()) return Die(std::string(sc.status().message()));
-    core::ScenarioConfig cfg;
-    cfg.scenario = *sc;
-    cfg.layers = absl::GetFlag(FLAGS_layers) > 0 ? absl::GetFlag(FLAGS_layers)
-                                                 : std::max(48, 2 * stages);
-    cfg.iterations = std::max(iterations, 2);
-    cfg.seed = absl::GetFlag(FLAGS_seed);
-    absl::StatusOr<core::Trace> t = core::GenerateScenario(cfg);
-    if (!t.ok()) return Die(std::string(t.status().message()));
-    trace = *std::move(t);
-  } else {
-    std::ifstream in(trace_file);
-    if (!in) return Die(absl::StrCat("cannot read ", trace_file));
-    std::stringstream buf;
-    buf << in.rdbuf();
-    absl::StatusOr<core::Trace> t = formats::ParseTraceJsonl(buf.str());
-    if (!t.ok()) return Die(absl::StrCat(trace_file, ": ", t.status().message()));
-    trace = *std::move(t);
-  }
+  clients::LoadgenTraceSource source;
+  source.scenario = scenario;
+  source.trace_file = trace_file;
+  source.layers = absl::GetFlag(FLAGS_layers);
+  source.iterations = iterations;
+  source.seed = absl::GetFlag(FLAGS_seed);
+  source.stages = stages;
+  absl::StatusOr<core::Trace> loaded = clients::LoadgenTrace(source);
+  if (!loaded.ok()) return Die(std::string(loaded.status().message()));
+  const core::Trace trace = *std::move(loaded);
   const int num_layers = static_cast<int>(trace.front().layers.size());
-  if (num_layers < stages) {
-    return Die(absl::StrCat("the trace has ", num_layers, " layers for ",
-                            stages, " stages"));
-  }
 
   // Token and TLS: the --coordinator_* flags every client shares; the
   // token is the agents' (the coordinator's --agent_token_file, else its
   // --token_file).
   absl::StatusOr<cli::CoordinatorClientFlags> client = cli::ReadCoordinatorClientFlags();
   if (!client.ok()) return Die(std::string(client.status().message()));
-  agent::ChannelOptions co;
-  co.tls_ca = client->tls_ca;
-  co.tls_cert = client->tls_cert;
-  co.tls_key = client->tls_key;
-  co.tls_server_name = client->tls_server_name;
-  std::string token;
-  if (!client->token_file.empty()) {
-    absl::StatusOr<std::string> t = agent::ReadToken(client->token_file);
-    if (!t.ok()) return Die(std::string(t.status().message()));
-    token = *t;
-  }
+  absl::StatusOr<agent::ClientCredentials> credentials = agent::CredentialsFrom(*client);
+  if (!credentials.ok()) return Die(std::string(credentials.status().message()));
+  agent::ChannelOptions co = credentials->channel;
+  const std::string token = credentials->token;
   const int per_channel = std::max(1, absl::GetFlag(FLAGS_agents_per_channel));
   std::vector<std::shared_ptr<grpc::Channel>> channels;
   for (int i = 0; i * per_channel < agents; ++i) {
@@ -217,28 +177,13 @@ int main(int argc, char** argv) {
     channels.push_back(*c);
   }
 
-  // Node relays: one per simulated node, each on its own socket and its own
-  // upstream connection, as separate processes would be.
-  std::string relay_dir;
-  std::vector<std::unique_ptr<relay::NodeRelay>> relays;
-  if (per_node > 0) {
-    char dir[] = "/tmp/dynmo-loadgen-XXXXXX";
-    if (mkdtemp(dir) == nullptr) return Die("cannot create a directory for the relays' sockets");
-    relay_dir = dir;
-    for (int n = 0; n * per_node < agents; ++n) {
-      relay::NodeRelayConfig rc;
-      rc.listen = absl::StrCat("unix:", relay_dir, "/relay-", n, ".sock");
-      rc.coordinator = absl::GetFlag(FLAGS_coordinator);
-      rc.channel = co;
-      rc.channel.index = n;
-      rc.token = token;
-      rc.job = absl::GetFlag(FLAGS_job);
-      rc.host = absl::StrCat(absl::GetFlag(FLAGS_host_prefix), "node-", n);
-      absl::StatusOr<std::unique_ptr<dynmo::relay::NodeRelay>> relay =
-          dynmo::relay::NodeRelay::Start(rc);
-      if (!relay.ok()) return Die(std::string(relay.status().message()));
-      relays.push_back(*std::move(relay));
-    }
+  // Node relays: one per simulated node (loadgen_relays.h).
+  clients::LoadgenRelays relays;
+  if (absl::Status st = relays.Start(per_node > 0 ? agents / per_node : 0,
+                                     absl::GetFlag(FLAGS_coordinator), *credentials,
+                                     absl::GetFlag(FLAGS_job), absl::GetFlag(FLAGS_host_prefix));
+      !st.ok()) {
+    return Die(std::string(st.message()));
   }
 
   // The layout every rank runs; the in-band agreement keeps it one layout.
@@ -273,7 +218,7 @@ int main(int argc, char** argv) {
     c.queue_capacity = static_cast<size_t>(absl::GetFlag(FLAGS_queue_capacity));
     if (per_node > 0) {  // its own connection to its node's relay
       c.shared_channel = nullptr;
-      c.coordinator = relays[static_cast<size_t>(r / per_node)]->address();
+      c.coordinator = relays.address(r / per_node);
       c.channel = agent::ChannelOptions{};
       c.channel.index = r;
       c.token.clear();
@@ -441,29 +386,10 @@ int main(int argc, char** argv) {
     dropped += st.samples_dropped;
     connects += st.connects;
   }
-  int64_t upstream_breaks = 0, upstream_sessions = 0, attached = 0, carried = 0;
-  int64_t messages_down = 0, messages_up = 0, upstream_messages = 0;
-  int64_t rank_sessions = 0, rank_sessions_ended = 0, stale_sessions = 0;
-  for (auto& relay : relays) {
-    const dynmo::relay::NodeRelayStats rs = relay->stats();
-    upstream_breaks += rs.upstream_breaks;
-    upstream_sessions += rs.upstream_sessions;
-    attached += rs.attached_ranks;
-    carried += rs.upstream_ranks;
-    messages_down += rs.messages_down;
-    upstream_messages += rs.upstream_messages;
-    rank_sessions += rs.rank_sessions;
-    rank_sessions_ended += rs.rank_sessions_ended;
-    stale_sessions += rs.stale_sessions;
-    messages_up += rs.messages_up;
-  }
+  const nlohmann::json relay_totals = relays.Totals();
   for (auto& a : single) a->Stop();
   for (auto& h : hosts) h->Stop();
-  for (auto& relay : relays) {
-    relay->Stop();
-  }
-  relays.clear();
-  if (!relay_dir.empty()) rmdir(relay_dir.c_str());
+  relays.Stop();
 
   const core::TraceRecord& last =
       trace[static_cast<size_t>(iterations - 1) % trace.size()];
@@ -473,17 +399,7 @@ int main(int argc, char** argv) {
       {"ranks_per_session", per_session},
       {"relay_ranks_per_node", per_node},
       {"sessions", per_node > 0 ? agents / per_node : agents / per_session},
-      {"relay_upstream_breaks", upstream_breaks},
-      {"relay_upstream_sessions_opened", upstream_sessions},
       {"ranks_by_newest_prepare", prepared_epochs},
-      {"relay_ranks_attached", attached},
-      {"relay_messages_down", messages_down},
-      {"relay_messages_up", messages_up},
-      {"relay_upstream_messages", upstream_messages},
-      {"relay_rank_sessions", rank_sessions},
-      {"relay_rank_sessions_ended", rank_sessions_ended},
-      {"relay_stale_sessions", stale_sessions},
-      {"relay_ranks_carried_upstream", carried},
       {"stages", stages},
       {"replicas", dp},
       {"layers", num_layers},
@@ -503,10 +419,11 @@ int main(int argc, char** argv) {
       {"initial_boundaries", initial_boundaries},
       {"final_boundaries", boundaries},
       {"active_stages", active},
-      {"initial_layout_imbalance", ImbalanceOf(last, initial_boundaries)},
+      {"initial_layout_imbalance", clients::ImbalanceOf(last, initial_boundaries)},
       {"final_imbalance",
-       boundaries.size() >= 2 ? ImbalanceOf(last, boundaries) : 0.0},
+       boundaries.size() >= 2 ? clients::ImbalanceOf(last, boundaries) : 0.0},
       {"plans", plans}};
+  out.update(relay_totals);
   std::printf("%s\n", out.dump(2).c_str());
   return 0;
 }

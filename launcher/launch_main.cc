@@ -30,6 +30,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "agent/client_credentials.h"
 #include "cli/coordinator_flags.h"
 #include "cli/program_info.h"
 #include "coordinator/service/embedded_coordinator.h"
@@ -208,15 +209,10 @@ absl::StatusOr<std::unique_ptr<launcher::LocalRelay>> StartRelay(
   c.job = job.job;
   absl::StatusOr<cli::CoordinatorClientFlags> client = cli::ReadCoordinatorClientFlags();
   if (!client.ok()) return client.status();
-  c.channel.tls_ca = client->tls_ca;
-  c.channel.tls_cert = client->tls_cert;
-  c.channel.tls_key = client->tls_key;
-  c.channel.tls_server_name = client->tls_server_name;
-  if (!client->token_file.empty()) {
-    absl::StatusOr<std::string> token = agent::ReadToken(client->token_file);
-    if (!token.ok()) return token.status();
-    c.token = *token;
-  }
+  absl::StatusOr<agent::ClientCredentials> credentials = agent::CredentialsFrom(*client);
+  if (!credentials.ok()) return credentials.status();
+  c.channel = credentials->channel;
+  c.token = credentials->token;
   return launcher::LocalRelay::Start(c);
 }
 

@@ -33,7 +33,8 @@ ALLOWED = {
     "wire": {"wire", "coordinator/core", "dynmo/v1"},
     "coordinator/service": {"coordinator/core", "coordinator/formats", "coordinator/job",
                             "coordinator/service", "dynmo/v1", "cli", "rpc", "wire"},
-    "agent": {"agent", "coordinator/core", "dynmo/v1", "rpc", "wire"},
+    # The agent reads the --coordinator_* flags' struct (client_credentials.h).
+    "agent": {"agent", "coordinator/core", "dynmo/v1", "cli", "rpc", "wire"},
     # The node relay: a server for the agents, a client of the coordinator.
     "relay": {"relay", "agent", "dynmo/v1", "rpc", "wire"},
     "rpc": {"rpc"},

@@ -24,6 +24,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "cli/coordinator_flags.h"
 #include "coordinator/core/boundaries.h"
 #include "trainer/config/dynamism_config.h"
 #include "trainer/layout/boundaries_text.h"  // ParseBoundaries, for the flags
@@ -102,11 +103,8 @@ struct TrainerConfig {
   // How to reach a secured coordinator: the bearer token file agents
   // present (its --agent_token_file, else its --token_file) and TLS (a CA
   // enables it; a client certificate and key for mutual TLS).
-  std::string coordinator_token_file;
-  std::string coordinator_tls_ca;
-  std::string coordinator_tls_cert;
-  std::string coordinator_tls_key;
-  std::string coordinator_tls_server_name;
+  // (the --coordinator_* flags, cli/coordinator_flags.h).
+  cli::CoordinatorClientFlags coordinator_client;
   std::string job = "dynmo";
   // The job's policy, set by rank 0 once registered; empty keeps the
   // coordinator's default. balancer: uniform|parameters|time|optimal|

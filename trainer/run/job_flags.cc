@@ -44,11 +44,7 @@ absl::Status ReadJobFlags(TrainerConfig& c) {
   if (absl::Status s = cli::CheckCoordinatorAddress(c.coordinator); !s.ok()) return s;
   absl::StatusOr<cli::CoordinatorClientFlags> client = cli::ReadCoordinatorClientFlags();
   if (!client.ok()) return client.status();
-  c.coordinator_token_file = client->token_file;
-  c.coordinator_tls_ca = client->tls_ca;
-  c.coordinator_tls_cert = client->tls_cert;
-  c.coordinator_tls_key = client->tls_key;
-  c.coordinator_tls_server_name = client->tls_server_name;
+  c.coordinator_client = *std::move(client);
   c.job = FlagOrEnv(absl::GetFlag(FLAGS_job), "DYNMO_JOB", "dynmo");
   c.balancer = absl::GetFlag(FLAGS_balancer);
   c.trigger = absl::GetFlag(FLAGS_trigger);

@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "agent/agent.h"
+#include "agent/client_credentials.h"
 #include "agent/operator_client.h"
 #include "coordinator/core/migration.h"
 #include <time.h>
@@ -113,18 +114,11 @@ absl::Status StartAgent(const TrainerConfig& config, const DistEnv& env,
   const RankPosition pos = PositionOfRank(env.rank, config.dp);
   agent::AgentConfig ac;
   ac.coordinator = address;
-  ac.channel.tls_ca = config.coordinator_tls_ca;
-  ac.channel.tls_cert = config.coordinator_tls_cert;
-  ac.channel.tls_key = config.coordinator_tls_key;
-  ac.channel.tls_server_name = config.coordinator_tls_server_name;
-  if (!config.coordinator_token_file.empty()) {
-    absl::StatusOr<std::string> token = agent::ReadToken(config.coordinator_token_file);
-    if (!token.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--coordinator_token_file: ", token.status().message()));
-    }
-    ac.token = *token;
-  }
+  absl::StatusOr<agent::ClientCredentials> credentials =
+      agent::CredentialsFrom(config.coordinator_client);
+  if (!credentials.ok()) return credentials.status();
+  ac.channel = credentials->channel;
+  ac.token = credentials->token;
   link->channel = ac.channel;
   link->token = ac.token;
   ac.job = config.job;

@@ -12,12 +12,14 @@ job's layers re-split live by the coordinator (docs/python.md).
 optimizer's state; ``Topology`` (topology.py) places pp x dp ranks;
 ``CostMeter`` (cost_meter.py) measures the layers, ``JobLink``
 (job_link.py) talks to the coordinator, ``plan_problem`` (plan_check.py)
-says whether a plan applies.
+says whether a plan applies, ``schedule_class`` (schedules.py) which
+schedules a running job can be rebuilt into.
 Importing it imports torch.
 """
 from dynmo.pipelining.layer_transfer import recv_layer, send_layer
 from dynmo.pipelining.layout import ModelLayout
-from dynmo.pipelining.pipeline import DynamicPipeline, schedule_class
+from dynmo.pipelining.pipeline import DynamicPipeline
+from dynmo.pipelining.schedules import schedule_class
 from dynmo.pipelining.topology import Topology
 
 __all__ = ["DynamicPipeline", "ModelLayout", "Topology", "recv_layer", "schedule_class",

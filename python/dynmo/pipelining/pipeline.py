@@ -41,14 +41,15 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.pipelining import PipelineStage
-from torch.distributed.pipelining.schedules import (PipelineScheduleSingle,
-                                                    get_schedule_class)
+from torch.distributed.pipelining.schedules import PipelineScheduleSingle
 
 from dynmo.pipelining.cost_meter import CostMeter
 from dynmo.pipelining.job_link import JobLink
 from dynmo.pipelining.layer_transfer import recv_layer, send_layer
 from dynmo.pipelining.layout import ModelLayout, ModelParts
 from dynmo.pipelining.plan_check import plan_problem
+from dynmo.pipelining.schedules import (SPLIT_BACKWARD, V_STYLE, agent_schedule, canonical_name,
+                                       schedule_class)
 from dynmo.pipelining.topology import Topology
 from dynmo.torch.memory import device_memory
 from dynmo.torch.plan import agree_on_plan
@@ -56,33 +57,6 @@ from dynmo.torch.speed_probe import speed_probe
 from dynmo.types import Plan
 
 _log = logging.getLogger("dynmo.pipelining")
-
-# Schedules a running job can be rebuilt into, with their stage placement.
-_V_STYLE = {"ZBVZeroBubble", "DualPipeV"}
-_SPLIT_BACKWARD = {"InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV"}
-_REFUSED = {
-    "PipelineScheduleSingle": "an abstract base class, not a schedule",
-    "PipelineScheduleMulti": "an abstract base class, not a schedule",
-}
-
-
-def schedule_class(name: str):
-    """The schedule class for ``name`` (case-insensitive, torch's names);
-    ValueError for one that cannot be built or rebuilt."""
-    try:
-        cls = get_schedule_class(name)
-    except ValueError as e:
-        raise ValueError(f"dynmo.pipelining: {e}") from None
-    why = _REFUSED.get(cls.__name__)
-    if why:
-        raise ValueError(f"dynmo.pipelining: schedule '{name}' cannot run a job: {why}")
-    return cls
-
-
-def _canonical(cls) -> str:
-    return cls.__name__[len("Schedule"):] if cls.__name__.startswith("Schedule") else \
-        cls.__name__
-
 
 class DynamicPipeline:
     """One rank's part of a pipelined model that DynMo may re-split live.
@@ -123,22 +97,22 @@ class DynamicPipeline:
             raise ValueError(f"dynmo.pipelining: n_microbatches must be >= 1, "
                              f"got {n_microbatches}")
         self._schedule_cls = schedule_class(schedule)
-        self.schedule_name = _canonical(self._schedule_cls)
+        self.schedule_name = canonical_name(self._schedule_cls)
         single = issubclass(self._schedule_cls, PipelineScheduleSingle)
         v = 1 if single else stages_per_rank
         if not single and v < 1:
             raise ValueError(f"dynmo.pipelining: stages_per_rank must be >= 1, got {v}")
-        if self.schedule_name in _V_STYLE and v != 2:
+        if self.schedule_name in V_STYLE and v != 2:
             raise ValueError(f"dynmo.pipelining: {self.schedule_name} needs exactly 2 stages "
                              f"per rank, got {v}")
-        if self.schedule_name in _V_STYLE and dist.get_backend() == "gloo":
+        if self.schedule_name in V_STYLE and dist.get_backend() == "gloo":
             # torch 2.11 opens each stage's links with a send to its neighbour's
             # rank; under "v" placement two neighbours share a rank and Gloo
             # cannot send to itself ("Pair is not connected").
             raise ValueError(f"dynmo.pipelining: {self.schedule_name} cannot run over Gloo in "
                              f"torch 2.11 (its stages send to their own rank); use NCCL or "
                              f"InterleavedZeroBubble")
-        if self.schedule_name in _SPLIT_BACKWARD and dp > 1:
+        if self.schedule_name in SPLIT_BACKWARD and dp > 1:
             # Measured here: under DDP the W actions' weight gradients are
             # not averaged (DDP's reducer never sees them), so the replicas
             # of every stage but the first drift apart.
@@ -160,7 +134,7 @@ class DynamicPipeline:
         self.last_exchange_s = 0.0
         self.loss_fn = loss_fn
         self.layout = ModelLayout(model, blocks, first, last)
-        self.topology = Topology(pp, dp, v, "v" if self.schedule_name in _V_STYLE else "loop")
+        self.topology = Topology(pp, dp, v, "v" if self.schedule_name in V_STYLE else "loop")
         stages = self.topology.num_stages
         if stages > self.layout.num_layers:
             raise ValueError(f"dynmo.pipelining: {stages} stages for {self.layout.num_layers} "
@@ -188,7 +162,7 @@ class DynamicPipeline:
                 coordinator, job=job, stages=self.local_stage_ids, num_stages=stages,
                 dp=dp, dp_rank=self.topology.dp_rank, num_layers=self.layout.num_layers,
                 boundaries=self.boundaries, microbatches=n_microbatches,
-                schedule=_agent_schedule(self.schedule_name),
+                schedule=agent_schedule(self.schedule_name),
                 device_index=self.device.index or 0, wire=self._wire,
                 policy=policy or {}, flags=coordinator_flags, token_file=token_file,
                 tls_ca=tls_ca, planned_iterations=planned_iterations)
@@ -437,7 +411,7 @@ class DynamicPipeline:
         if self._timing:
             self.meter.attach(
                 timed, [(s, list(self._range(self.stage_ids[s.stage_index]))) for s in stages]
-                if self.schedule_name in _SPLIT_BACKWARD else [])
+                if self.schedule_name in SPLIT_BACKWARD else [])
         if issubclass(self._schedule_cls, PipelineScheduleSingle):
             self._schedule = self._schedule_cls(stages[0], n_microbatches=self.n_microbatches,
                                                 loss_fn=self.loss_fn)
@@ -503,10 +477,3 @@ class DynamicPipeline:
             torch.cuda.empty_cache()
         _log.info("dynmo.pipelining: rank %d released at epoch %d", self.topology.rank,
                   self.epoch)
-
-
-def _agent_schedule(name: str) -> str:
-    """The coordinator's schedule name for the bubble model."""
-    if name == "GPipe":
-        return "gpipe"
-    return "zb-h1" if name in _SPLIT_BACKWARD else "1f1b"
