@@ -205,6 +205,12 @@ double RankSpeeds::RelativeNoise(size_t r, double pooled) const {
   return std::max(own, pooled);
 }
 
+bool RankSpeeds::may_be_faster(int rank) const {
+  if (rank < 0 || rank >= ranks()) return false;
+  const std::vector<double>& pending = pending_[static_cast<size_t>(rank)];
+  return !pending.empty() && pending.back() < level_[static_cast<size_t>(rank)];
+}
+
 bool RankSpeeds::AddProbe(int rank, double probe_s) {
   if (rank < 0 || rank >= ranks() || !std::isfinite(probe_s) || probe_s <= 0) return false;
   const size_t r = static_cast<size_t>(rank);

@@ -81,6 +81,12 @@ class RankSpeeds {
   double probe_s(int rank) const;
   // Whether `rank` finished its warm-up (has a level decisions use).
   bool warm(int rank) const;
+  // Whether `rank`'s newest probes came in faster than its level and have
+  // neither confirmed a step nor come back: it may have sped up (a throttle
+  // ended), so its layers' times are taken at a speed not yet published and,
+  // priced at the old one, look cheaper than they are. False for a rank out
+  // of range.
+  bool may_be_faster(int rank) const;
   // The layers' correction of `rank`'s probe level, exp(c_r); 1 without
   // overlaps.
   double correction(int rank) const;

@@ -40,7 +40,8 @@ JobMachine::JobMachine(JobShape shape, const JobOptions& options,
                 options.speed.overlap),
       exchange_s_(static_cast<size_t>(
                       std::max(0, shape.pipeline_size * shape.data_parallel_size)),
-                  0.0) {}
+                  0.0),
+      rebase_costs_(exchange_s_.size(), 0) {}
 
 JobMachine::JobMachine(const dynmo::v1::RegisterRequest& first,
                        const JobOptions& options, JobJournal* journal,
@@ -213,11 +214,21 @@ void JobMachine::ApplyReport(int rank, const dynmo::v1::IterationReport& report,
     double& kept = exchange_s_[static_cast<size_t>(rank)];
     kept = kept > 0 ? kept + options_.smoothing * (x - kept) : x;
   }
+  // A rank whose speed moved: until the probes confirmed the step its
+  // times were taken at the old speed, so its layers' smoothed costs mix two
+  // regimes and their noise counts the step as scatter (which would hold
+  // every plan back until it decayed). They start again from this report,
+  // taken at the new speed, as after a model change.
+  bool rebase = report.model_changed();
+  if (active && rebase_costs_[static_cast<size_t>(rank)] != 0) {
+    rebase_costs_[static_cast<size_t>(rank)] = 0;
+    rebase = true;
+  }
   for (core::LayerCost& cost : layers) {
     cost.fwd_s *= speed;
     cost.bwd_s *= speed;
     cost.wgrad_s *= speed;
-    profile_.Add(r.data_parallel_rank, cost, report.model_changed()).IgnoreError();
+    profile_.Add(r.data_parallel_rank, cost, rebase).IgnoreError();
   }
   roster_.RecordReport(rank, report, active);
   rebalancer_.OnReport(report.iteration(), report.model_changed() || speed_moved);
@@ -254,6 +265,7 @@ void JobMachine::ApplyProbe(const std::vector<double>& before,
   // another's: the reference "full speed" is every rank's).
   for (int k = 0; k < speeds_.ranks(); ++k) {
     if (speeds_.speed(k) == before[static_cast<size_t>(k)]) continue;
+    rebase_costs_[static_cast<size_t>(k)] = 1;
     Log(LogLevel::kInfo, "rank_speed",
         {{"job", name_},
          {"rank", k},
@@ -264,6 +276,17 @@ void JobMachine::ApplyProbe(const std::vector<double>& before,
          {"layer_correction", speeds_.correction(k)}},
         out);
   }
+}
+
+bool JobMachine::SpeedRising() const {
+  for (int k = 0; k < roster_.size(); ++k) {
+    const RosterRank& r = roster_.at(k);
+    if (r.registered && RankRoster::IsActiveStage(layout_.active_stages, r.pipeline_rank) &&
+        speeds_.may_be_faster(k)) {
+      return true;
+    }
+  }
+  return false;
 }
 
 std::vector<double> JobMachine::PositionSpeeds() const {
@@ -358,7 +381,7 @@ void JobMachine::Tick(absl::Time now, JobEffects* out) {
       *model, layout_, profile_, roster_.shape().pipeline_size,
       roster_.shape().data_parallel_size, roster_.CheckConnected(active).ok(),
       roster_.ReportedSince(active, rebalancer_.model_changed_iteration()),
-      std::move(speeds), IterationsLeft()});
+      std::move(speeds), IterationsLeft(), SpeedRising()});
   for (double s : rebalancer_.TakeDecisionLatencies()) out->decision_latency_s.push_back(s);
   if (!proposal) return;
   absl::StatusOr<dynmo::v1::Plan> issued =

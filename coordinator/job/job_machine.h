@@ -223,6 +223,9 @@ class JobMachine {
   // replica (DecisionInput::rank_speeds); 1 where a rank has not
   // registered. O(ranks).
   std::vector<double> PositionSpeeds() const;
+  // Whether an active rank's probes say it may have sped up, not yet
+  // confirmed (core::RankSpeeds::may_be_faster). O(ranks).
+  bool SpeedRising() const;
 
   // Writes the record to the journal.
   absl::Status Persist() { return journal_->Commit(Record()); }
@@ -319,6 +322,9 @@ class JobMachine {
   // Per rank: its exchanges' seconds per micro-batch at speed 1, smoothed
   // (0 = never measured); ModelAt prices every stage at the smallest.
   std::vector<double> exchange_s_;
+  // Per rank: its speed moved since its last report, so its layers' smoothed
+  // costs and noise start again from its next one (ApplyReport).
+  std::vector<char> rebase_costs_;
   int64_t reports_ = 0;
 };
 

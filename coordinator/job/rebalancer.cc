@@ -72,6 +72,10 @@ std::optional<Proposal> Rebalancer::Consider(const RebalanceContext& context) {
     note_ = "waiting for every active rank to connect";
     return std::nullopt;  // keep the trigger armed
   }
+  if (policy_.trigger.kind == Trigger::Kind::kAuto && context.speed_rising) {
+    note_ = "a rank's speed probes came in faster: waiting for them to confirm a change";
+    return std::nullopt;  // keep the trigger armed
+  }
   last_decision_iteration_ = newest_iteration_;
   model_changed_ = false;
   absl::StatusOr<Decision> d =

@@ -43,6 +43,14 @@ struct RebalanceContext {
   // Iterations a plan decided now would run for before the run ends (its
   // planned iterations less the newest and the plan lead); < 0: unknown.
   int64_t iterations_left = -1;
+  // An active rank's probes say it may have sped up, not yet confirmed
+  // (core::RankSpeeds::may_be_faster): its layers look cheaper than they
+  // are, so a plan now would load them onto other ranks at a false price;
+  // auto waits for the probes. (A rank that may have slowed down is not
+  // waited for: its layers look heavier, and the plans that follow move
+  // them off it, the right way, while waiting would hold the job at the
+  // straggler's pace.)
+  bool speed_rising = false;
 };
 
 // A decision to issue, with the plan's reason.

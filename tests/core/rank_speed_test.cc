@@ -64,6 +64,39 @@ TEST(RankSpeedTest, AThrottleIsFollowedWithinBoundedProbesAndRecoveryToo) {
   EXPECT_NEAR(s.speed(1), 1.0, 0.05);
 }
 
+// A rank whose probes come in faster than its level "may be faster" until
+// they confirm a step (then its speed is published) or one comes back; a
+// rank whose probes come in slower never is.
+TEST(RankSpeedTest, AFasterProbeIsInDoubtUntilConfirmedOrBack) {
+  RankSpeedOptions o;
+  RankSpeeds s(2, o);
+  for (int i = 0; i < o.warmup; ++i) {
+    s.AddProbe(0, 0.010);
+    s.AddProbe(1, 0.020);
+  }
+  ASSERT_NEAR(s.speed(1), 0.5, 1e-9);
+  EXPECT_FALSE(s.may_be_faster(1));
+  EXPECT_FALSE(s.may_be_faster(-1));
+  EXPECT_FALSE(s.may_be_faster(2));
+  // A lone fast probe, then one at the level: in doubt, then not.
+  EXPECT_FALSE(s.AddProbe(1, 0.010));
+  EXPECT_TRUE(s.may_be_faster(1));
+  s.AddProbe(1, 0.020);
+  EXPECT_FALSE(s.may_be_faster(1));
+  // Slower probes are not in doubt.
+  s.AddProbe(1, 0.040);
+  EXPECT_FALSE(s.may_be_faster(1));
+  s.AddProbe(1, 0.020);
+  // The throttle ends: in doubt until the confirmations publish it.
+  for (int i = 1; i < o.confirmations; ++i) {
+    EXPECT_FALSE(s.AddProbe(1, 0.010));
+    EXPECT_TRUE(s.may_be_faster(1)) << "probe " << i;
+  }
+  EXPECT_TRUE(s.AddProbe(1, 0.010));
+  EXPECT_FALSE(s.may_be_faster(1));
+  EXPECT_NEAR(s.speed(1), 1.0, 1e-9);
+}
+
 // Brute force: every contiguous split of `costs` over stages of `speeds`.
 double BestBottleneck(const std::vector<double>& costs, const std::vector<double>& speeds) {
   const int n = static_cast<int>(costs.size());

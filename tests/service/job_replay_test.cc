@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "coordinator/core/partition.h"
 #include "coordinator/core/scenario.h"
 #include "coordinator/formats/trace_json.h"
 #include "coordinator/service/job_state.h"
@@ -33,6 +34,18 @@ core::Trace StepTrace(int records = 120) {
       r.layers.push_back({base, 2 * base, 0, 64 << 20});
     }
     trace.push_back(std::move(r));
+  }
+  return trace;
+}
+
+// StepTrace without the step: 16 equal layers with the same 2% jitter.
+core::Trace FlatTrace(int records) {
+  core::Trace trace = StepTrace(records);
+  for (core::TraceRecord& r : trace) {
+    for (int l = 0; l < 16; ++l) {
+      const double base = 0.01 * (1 + 0.02 * (((r.iter * 7 + l * 13) % 11) - 5) / 5.0);
+      r.layers[static_cast<size_t>(l)] = {base, 2 * base, 0, 64 << 20};
+    }
   }
   return trace;
 }
@@ -122,13 +135,7 @@ TEST(JobReplayTest, BadConfigsGetOneLine) {
 // the speed probes (layer times alone would price the layers it moves at
 // the slow rank's time), moves layers off it once, and back after.
 TEST(JobReplayTest, AStragglerIsFollowedOnceAndRecoveryToo) {
-  core::Trace flat = StepTrace(200);
-  for (core::TraceRecord& r : flat) {
-    for (int l = 0; l < 16; ++l) {
-      const double base = 0.01 * (1 + 0.02 * (((r.iter * 7 + l * 13) % 11) - 5) / 5.0);
-      r.layers[static_cast<size_t>(l)] = {base, 2 * base, 0, 64 << 20};
-    }
-  }
+  const core::Trace flat = FlatTrace(200);
   JobReplayConfig c = Config(Trigger{Trigger::Kind::kAuto});
   c.stragglers = {SpeedChange{2, 0.5, 40, 120}};
   c.oracle = true;
@@ -146,6 +153,35 @@ TEST(JobReplayTest, AStragglerIsFollowedOnceAndRecoveryToo) {
   EXPECT_LE(r->plans.size(), 3u) << "no flip-flop";
   EXPECT_GT(r->speedup, 1.05);
   EXPECT_LE(r->speedup, r->oracle_speedup + 1e-9);
+}
+
+// Two blocks per stage: a straggler's layers move within the probes'
+// confirmation of each step, and once each way. Its layers' costs start
+// again when its speed is published (the times taken while the probes were
+// confirming it mixed two speeds, and their scatter would read as noise
+// holding every plan back), and no plan is made while a rank's probes say
+// it may have sped up (its layers, priced at the old speed, would look
+// cheap to every other rank).
+TEST(JobReplayTest, AStragglerIsFollowedWithinItsProbesEachWay) {
+  const core::Trace flat = FlatTrace(200);
+  JobReplayConfig c = Config(Trigger{Trigger::Kind::kAuto});
+  c.pp = 8;
+  c.microbatches = 16;
+  c.stragglers = {SpeedChange{2, 0.5, 40, 120}};
+  absl::StatusOr<JobReplayResult> r = ReplayJob(flat, c);
+  ASSERT_TRUE(r.ok()) << r.status();
+  // Probes every 5 iterations, 3 to confirm a step, 3 verdicts in a row.
+  const int64_t bound = 3 * c.probe_every + 3;
+  ASSERT_EQ(r->plans.size(), 2u) << "once each way";
+  const ReplayedPlan& off = r->plans[0];
+  EXPECT_GT(off.decided_iteration, 40);
+  EXPECT_LE(off.decided_iteration, 40 + bound);
+  EXPECT_EQ(off.boundaries[3] - off.boundaries[2], 1) << "stage 2 holds one block";
+  const ReplayedPlan& back = r->plans[1];
+  EXPECT_GT(back.decided_iteration, 120);
+  EXPECT_LE(back.decided_iteration, 120 + bound);
+  EXPECT_EQ(back.boundaries, core::PartitionUniform(16, 8));
+  EXPECT_GT(r->speedup, 1.04);
 }
 
 TEST(JobReplayTest, EqualRanksWithNoisyProbesNeverMoveLayers) {
