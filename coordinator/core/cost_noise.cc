@@ -52,6 +52,17 @@ void NoiseTracker::Add(double sample, double weight) {
   samples_ = std::min(samples_ + 1, kSampleCap);
 }
 
+double StageRelativeNoise(const PipelineModel& model, absl::Span<const double> layer_sd) {
+  if (layer_sd.size() != model.layers.size() || model.stages.empty()) return 0;
+  double var = 0, total = 0;
+  for (size_t l = 0; l < model.layers.size(); ++l) {
+    var += layer_sd[l] * layer_sd[l];
+    total += model.layers[l].time_s();
+  }
+  if (!(total > 0) || !std::isfinite(var)) return 0;
+  return std::sqrt(var * static_cast<double>(model.stages.size())) / total;
+}
+
 double NoiseTracker::sd() const { return var_ > 0 ? std::sqrt(var_) : 0; }
 
 double SmoothedSd(double sample_sd, double smoothing) {

@@ -68,6 +68,13 @@ absl::StatusOr<double> ReshapeGainNoise(const PipelineModel& model,
                                         const Boundaries& candidate,
                                         double candidate_scale);
 
+// The relative standard deviation of one stage's time when the model's
+// layers are spread evenly over its stages: sqrt(stages) · sqrt(Σ sd²) /
+// Σ time (each stage holds 1/stages of the time and of the variance).
+// Bottlenecks closer than a few of these are indistinguishable in measured
+// costs. 0 when the sizes differ or the model has no time.
+double StageRelativeNoise(const PipelineModel& model, absl::Span<const double> layer_sd);
+
 }  // namespace dynmo::core
 
 #endif  // DYNMO_COORDINATOR_CORE_COST_NOISE_H_

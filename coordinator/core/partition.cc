@@ -3,6 +3,7 @@
 // diffusion in partition_diffusion.cc.
 #include "coordinator/core/partition.h"
 
+#include <cmath>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -63,6 +64,9 @@ absl::StatusOr<PartitionResult> Partition(const PipelineModel& model,
         "more stages (", k, ") than layers (", n,
         "): every stage needs at least one layer"));
   }
+  if (!(std::isfinite(options.near_tie) && options.near_tie >= 0)) {
+    return absl::InvalidArgumentError("near_tie must be finite and >= 0");
+  }
   if (options.current) {
     if (absl::Status st = ValidateBoundaries(*options.current, n, k);
         !st.ok()) {
@@ -83,7 +87,8 @@ absl::StatusOr<PartitionResult> Partition(const PipelineModel& model,
       b = BalanceWeights(model, /*by_params=*/false);
       break;
     case PartitionMethod::kOptimal:
-      b = PartitionOptimal(model, options.current ? &*options.current : nullptr);
+      b = PartitionOptimal(model, options.current ? &*options.current : nullptr,
+                           options.near_tie);
       break;
     case PartitionMethod::kDiffusion:
       return PartitionDiffusion(

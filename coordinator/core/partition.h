@@ -39,6 +39,11 @@ struct PartitionOptions {
   // Where the layers are now. `optimal` breaks ties toward it; `diffusion`
   // starts from it (uniform when absent).
   std::optional<Boundaries> current;
+  // `optimal` with a current layout: a partition whose bottleneck is within
+  // this fraction of the minimum counts as a tie, so the one moving the
+  // fewest resident bytes among them wins (measured costs carry noise; 0:
+  // exact ties only). Finite, >= 0.
+  double near_tie = 0;
   int diffusion_max_rounds = 1000;
 };
 
@@ -62,9 +67,11 @@ Boundaries PartitionUniform(int num_layers, int num_stages);
 absl::StatusOr<Boundaries> PartitionMinBottleneck(
     absl::Span<const double> weights, int num_stages);
 
-// The `optimal` method on its own; `current` may be null.
+// The `optimal` method on its own; `current` may be null. `near_tie`:
+// PartitionOptions::near_tie.
 absl::StatusOr<Boundaries> PartitionOptimal(const PipelineModel& model,
-                                            const Boundaries* current);
+                                            const Boundaries* current,
+                                            double near_tie = 0);
 
 // The smallest achievable bottleneck (StageTime of the slowest stage) over
 // all feasible partitions, found exactly; NotFound-free: infeasible caps give

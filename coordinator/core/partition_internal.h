@@ -23,9 +23,12 @@ struct ExactPartition {
 };
 
 // Exact minimum bottleneck; among optimal partitions, the one keeping the most
-// resident bytes on the stage that owns them in `current`.
+// resident bytes on the stage that owns them in `current`. With
+// `near_tie` > 0 (and a current layout), among the partitions whose
+// bottleneck is within that fraction of the minimum.
 absl::StatusOr<ExactPartition> SolveExact(const PipelineModel& model,
-                                          const CurrentRanges& current);
+                                          const CurrentRanges& current,
+                                          double near_tie = 0);
 
 CurrentRanges RangesOf(const Boundaries& b);
 

@@ -409,11 +409,17 @@ CurrentRanges RangesOf(const Boundaries& b) {
 }
 
 absl::StatusOr<ExactPartition> SolveExact(const PipelineModel& model,
-                                          const CurrentRanges& current) {
+                                          const CurrentRanges& current,
+                                          double near_tie) {
   if (absl::Status st = CheckShape(model); !st.ok()) return st;
   StageOracle oracle(model);
   absl::StatusOr<double> bound = MinimumBottleneck(model, oracle);
   if (!bound.ok()) return bound.status();
+  if (near_tie > 0 && !current.empty()) {
+    absl::StatusOr<ExactPartition> near =
+        MaximiseKept(oracle, current, *bound * (1 + near_tie));
+    if (near.ok()) return near;
+  }
   return MaximiseKept(oracle, current, *bound);
 }
 
@@ -426,7 +432,7 @@ absl::StatusOr<double> OptimalBottleneck(const PipelineModel& model) {
 }
 
 absl::StatusOr<Boundaries> PartitionOptimal(const PipelineModel& model,
-                                            const Boundaries* current) {
+                                            const Boundaries* current, double near_tie) {
   internal::CurrentRanges ranges;
   if (current != nullptr) {
     if (absl::Status st = ValidateBoundaries(
@@ -439,7 +445,7 @@ absl::StatusOr<Boundaries> PartitionOptimal(const PipelineModel& model,
     ranges = internal::RangesOf(*current);
   }
   absl::StatusOr<internal::ExactPartition> exact =
-      internal::SolveExact(model, ranges);
+      internal::SolveExact(model, ranges, near_tie);
   if (!exact.ok()) return exact.status();
   return exact->boundaries;
 }

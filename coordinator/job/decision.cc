@@ -199,6 +199,7 @@ absl::StatusOr<Decision> Decide(const DecisionInput& input) {
   core::PartitionOptions po;
   po.method = input.policy.balancer;
   po.current = input.current;
+  po.near_tie = input.near_tie;
   absl::StatusOr<core::PartitionResult> p = core::Partition(input.model, po);
   if (!p.ok()) return p.status();
   d.boundaries = p->boundaries;

@@ -24,6 +24,7 @@ struct DecisionInput {
   core::PipelineModel model;        // stages = the active stages, in order
   std::vector<int> active_stages;   // original stage id of each model stage
   core::Boundaries current;         // over the active stages
+  double near_tie = 0;              // core::PartitionOptions::near_tie
   Policy policy;
   // Stages the job started with (active + released). Re-pack tolerance is
   // relative to the optimal bottleneck on that many stages like the active

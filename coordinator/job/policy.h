@@ -103,6 +103,13 @@ struct AutoOptions {
   // gain (3: a stationary job's noise passes about 1 evaluation in 700,
   // and `confirmations` of them in a row practically never).
   double noise_sigmas = 3.0;
+  // Layouts whose predicted bottlenecks differ by less than this many
+  // standard deviations of a stage's time (core::StageRelativeNoise), and
+  // at most max_near_tie of it, count as a tie: the balancer then picks the
+  // one that moves the fewest bytes (core::PartitionOptions::near_tie)
+  // instead of chasing the noise with a larger move.
+  double near_tie_sigmas = 1.0;
+  double max_near_tie = 0.005;
   // The cluster's data-parallel costs, for weighing a re-shape: the
   // gradient all-reduce and the copies to new replicas (core/reshape.h).
   core::DataParallelSpec data_parallel{25e9, 0.5, 4, 10e9};

@@ -80,7 +80,10 @@ std::optional<Proposal> Rebalancer::Consider(const RebalanceContext& context) {
   model_changed_ = false;
   absl::StatusOr<Decision> d =
       Decide(context.model, context.layout, context.full_stages, context.data_parallel,
-             context.rank_speeds);
+             context.rank_speeds,
+             std::min(auto_options_.max_near_tie,
+                      auto_options_.near_tie_sigmas *
+                          core::StageRelativeNoise(context.model, context.profile.LayerNoise())));
   if (!d.ok()) {
     note_ = absl::StrCat("decision failed: ", d.status().message());
     return std::nullopt;
@@ -136,7 +139,8 @@ bool Rebalancer::AutoGatePasses(const RebalanceContext& context,
 absl::StatusOr<Decision> Rebalancer::Decide(const core::PipelineModel& model,
                                             const JobLayout& layout,
                                             int full_stages, int data_parallel,
-                                            const std::vector<double>& rank_speeds) {
+                                            const std::vector<double>& rank_speeds,
+                                            double near_tie) {
   const auto start = std::chrono::steady_clock::now();
   DecisionInput in;
   in.model = model;
@@ -149,6 +153,7 @@ absl::StatusOr<Decision> Rebalancer::Decide(const core::PipelineModel& model,
   in.schedule = layout.schedule;
   in.data_parallel_spec = auto_options_.data_parallel;
   in.rank_speeds = rank_speeds;
+  in.near_tie = near_tie;
   absl::StatusOr<Decision> d = service::Decide(in);
   latencies_s_.push_back(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());

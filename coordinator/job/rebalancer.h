@@ -112,7 +112,8 @@ class Rebalancer {
   // The policy's balancer, timed for the metrics.
   absl::StatusOr<Decision> Decide(const core::PipelineModel& model,
                                   const JobLayout& layout, int full_stages,
-                                  int data_parallel, const std::vector<double>& rank_speeds);
+                                  int data_parallel, const std::vector<double>& rank_speeds,
+                                  double near_tie = 0);
   bool AutoGatePasses(const RebalanceContext& context, const Decision& d);
 
   Policy policy_;

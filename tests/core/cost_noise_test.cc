@@ -62,6 +62,16 @@ TEST(SmoothedSdTest, ClosedForm) {
   EXPECT_EQ(SmoothedSd(1.0, 0), 0);
 }
 
+TEST(StageRelativeNoiseTest, ClosedFormAndBadSizes) {
+  // 8 layers of 1 s, sd 0.1 each, 4 stages: a stage holds 2 s with sd
+  // sqrt(2) * 0.1, relative 0.0707.
+  const PipelineModel m = Uniform(8, 4, 1.0);
+  const std::vector<double> sd(8, 0.1);
+  EXPECT_NEAR(StageRelativeNoise(m, sd), std::sqrt(2.0) * 0.1 / 2, 1e-12);
+  EXPECT_EQ(StageRelativeNoise(m, std::vector<double>(3, 0.1)), 0);
+  EXPECT_EQ(StageRelativeNoise(Uniform(8, 4, 0.0), sd), 0);
+}
+
 TEST(GainNoiseTest, SumsTheBottleneckStagesLayerVariances) {
   // 6 equal layers; current 0,4,6 (bottleneck stage 0: layers 0-3),
   // candidate 0,3,6 (a tie; the first maximum, stage 0: layers 0-2).

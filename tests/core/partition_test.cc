@@ -221,6 +221,51 @@ TEST(PartitionOptimal, TieBreakPrefersCurrentAssignment) {
   EXPECT_EQ(*got, other);
 }
 
+// Layers that change stage between two layouts.
+int MovedLayers(const Boundaries& a, const Boundaries& b, int layers) {
+  auto stage_of = [](const Boundaries& x, int l) {
+    int s = 0;
+    while (x[static_cast<size_t>(s) + 1] <= l) ++s;
+    return s;
+  };
+  int moved = 0;
+  for (int l = 0; l < layers; ++l) moved += stage_of(a, l) != stage_of(b, l);
+  return moved;
+}
+
+TEST(PartitionOptimal, ANearTieMovesFewerLayersWithinItsTolerance) {
+  // Stage 1 runs at half speed: it must keep one layer and another stage
+  // three. The last three layers measure 3% cheaper (noise), so the exact
+  // optimum gives the three to stage 3, moving two layers; within 5% of it,
+  // stage 0 taking one layer from stage 1 moves one.
+  PipelineModel m = ModelFromTimes({1, 1, 1, 1, 1, 0.97, 0.97, 0.97}, 4);
+  m.stages[1].speed = 0.5;
+  const Boundaries current = {0, 2, 4, 6, 8};
+  absl::StatusOr<Boundaries> exact = PartitionOptimal(m, &current);
+  ASSERT_TRUE(exact.ok()) << exact.status();
+  PartitionOptions o;
+  o.current = current;
+  o.near_tie = 0.05;
+  absl::StatusOr<PartitionResult> near = Partition(m, o);
+  ASSERT_TRUE(near.ok()) << near.status();
+  const double best = Bottleneck(StageLoads(m, *exact));
+  const double got = Bottleneck(StageLoads(m, near->boundaries));
+  EXPECT_DOUBLE_EQ(best, *OptimalBottleneck(m));
+  EXPECT_GT(got, best);
+  EXPECT_LE(got, best * 1.05);
+  EXPECT_EQ(MovedLayers(current, *exact, 8), 2);
+  EXPECT_EQ(MovedLayers(current, near->boundaries, 8), 1);
+  // Without a current layout, or with no tolerance: the exact optimum.
+  o.near_tie = 0;
+  EXPECT_EQ(Partition(m, o)->boundaries, *exact);
+  // A bad tolerance is an error.
+  for (double bad : {-0.01, std::numeric_limits<double>::quiet_NaN(),
+                     std::numeric_limits<double>::infinity()}) {
+    o.near_tie = bad;
+    EXPECT_EQ(Partition(m, o).status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+}
+
 TEST(PartitionOptimal, NeverReturnsEmptyStagesWithZeroCostLayers) {
   PipelineModel m = ModelFromTimes({0, 0, 0, 0, 0, 0, 5}, 6);
   auto got = PartitionOptimal(m, nullptr);
