@@ -11,12 +11,17 @@
 # and, without the throttle, dynmo again (no plan expected). Prints tokens/s
 # (median of the last half of the iterations), the final split, the
 # rank speeds the coordinator saw, and whether the losses match.
+# REPEATS=N (default 1) then runs the best static split and dynmo N-1 more
+# times under the throttle, back to back, and prints the paired ratios and
+# their median (bench/straggler_pairs.py): single runs here scatter by more
+# than the gap.
 #   bash bench/straggler.sh BIN_DIR [OUT_DIR]    (STEPS=120 by default)
 # Needs taskset (util-linux) and two cores.
 set -euo pipefail
 bin=${1:?usage: straggler.sh BIN_DIR [OUT_DIR]}
 out=${2:-$(mktemp -d /tmp/dynmo-straggler.XXXXXX)}
 steps=${STEPS:-120}
+repeats=${REPEATS:-1}
 mkdir -p "$out"
 . "$(dirname "$0")/local_ranks.sh"
 
@@ -64,6 +69,20 @@ for cut in 4 6 7 8; do
   run "static-$cut" --initial_boundaries=0,$cut,10
 done
 run dynmo --initial_boundaries=0,5,10 --coordinator=embedded --job=straggler
+best=$(python3 - "$out" <<'PY'
+import json, statistics, sys
+def rate(n):
+    recs = [json.loads(l) for l in open(f"{sys.argv[1]}/static-{n}.jsonl") if l.strip()]
+    return statistics.median(r["tokens_per_s"] for r in recs[len(recs) // 2:])
+print(max((4, 6, 7, 8), key=rate))
+PY
+)
+pairs=("static-$best:dynmo")
+for i in $(seq 2 "$repeats"); do
+  run "static-$best-$i" --initial_boundaries="0,$best,10"
+  run "dynmo-$i" --initial_boundaries=0,5,10 --coordinator=embedded --job="straggler-$i"
+  pairs+=("static-$best-$i:dynmo-$i")
+done
 throttle_off
 echo "== unthrottled =="
 run dynmo-unthrottled --initial_boundaries=0,5,10 --coordinator=embedded --job=calm
@@ -81,4 +100,6 @@ def losses(n):
 same = losses("dynmo") == losses("static-balanced")
 print("losses dynmo vs static-balanced (throttled):", "identical" if same else "DIFFER")
 PY
+echo "== dynmo against the best static split (0,$best,10), pairs run back to back =="
+python3 "$(dirname "$0")/straggler_pairs.py" "$out" "${pairs[@]}"
 echo "logs: $out"

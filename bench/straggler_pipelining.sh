@@ -12,7 +12,10 @@
 #                    speed probe every 5 iterations) starting from 0,5,10;
 # and, without the throttle, dynmo again (no plan expected). Prints tokens/s
 # (median of the last half of the iterations), the split each ended on, its
-# plans, and whether dynmo's losses equal static-balanced's.
+# plans, and whether dynmo's losses equal static-balanced's. REPEATS=N
+# (default 1) then runs the best static split and dynmo N-1 more times under
+# the throttle, back to back, and prints the paired ratios and their median
+# (bench/straggler_pairs.py): single runs here scatter by more than the gap.
 #
 #   bash bench/straggler_pipelining.sh [BUILD_DIR]     (STEPS=120 by default)
 #
@@ -26,6 +29,7 @@ build="${1:-build}"
 venv="$(bash scripts/install-torch.sh | tail -n 1)"
 export PYTHONPATH="$PWD/$build/python" DYNMO_BIN_DIR="$PWD/$build/bin" OMP_NUM_THREADS=1
 steps="${STEPS:-120}"
+repeats="${REPEATS:-1}"
 out="${OUT:-out/straggler-pipelining}"
 mkdir -p "$out"
 job=(--schedule 1F1B --steps "$steps" --layers 8 --dim 128 --seq_len 64
@@ -50,6 +54,20 @@ for cut in 6 7 8; do
   run "static-$cut" --coordinator none --initial_boundaries "0,$cut,10"
 done
 run dynmo --coordinator embedded --trigger auto --initial_boundaries 0,5,10
+best=$("$venv/bin/python" - "$out" <<'PY'
+import json, statistics, sys
+def rate(n):
+    recs = [json.loads(l) for l in open(f"{sys.argv[1]}/static-{n}.jsonl") if l.strip()]
+    return statistics.median(r["tokens_per_s"] for r in recs[len(recs) // 2:])
+print(max((6, 7, 8), key=rate))
+PY
+)
+pairs=("static-$best:dynmo")
+for i in $(seq 2 "$repeats"); do
+  run "static-$best-$i" --coordinator none --initial_boundaries "0,$best,10"
+  run "dynmo-$i" --coordinator embedded --trigger auto --initial_boundaries 0,5,10
+  pairs+=("static-$best-$i:dynmo-$i")
+done
 throttle_off
 run dynmo-unthrottled --coordinator embedded --trigger auto --initial_boundaries 0,5,10
 run static-unthrottled --coordinator none --initial_boundaries 0,5,10
@@ -79,4 +97,6 @@ print(f"\nthrottled: dynmo / best static ({best}) = {rows['dynmo'] / rows[best]:
 same = [r["loss"] for r in recs("dynmo")] == [r["loss"] for r in recs("static-balanced")]
 print("losses dynmo vs static-balanced (throttled):", "identical" if same else "DIFFER")
 PY
+echo "== dynmo against the best static split (0,$best,10), pairs run back to back =="
+"$venv/bin/python" bench/straggler_pairs.py "$out" "${pairs[@]}"
 echo "records: $out"

@@ -78,12 +78,15 @@ std::optional<Proposal> Rebalancer::Consider(const RebalanceContext& context) {
   }
   last_decision_iteration_ = newest_iteration_;
   model_changed_ = false;
+  // Each layer's cost scatter, read once: the near-tie tolerance and the
+  // auto gate's gain noise both price it.
+  const std::vector<double> layer_noise = context.profile.LayerNoise();
   absl::StatusOr<Decision> d =
       Decide(context.model, context.layout, context.full_stages, context.data_parallel,
              context.rank_speeds,
              std::min(auto_options_.max_near_tie,
                       auto_options_.near_tie_sigmas *
-                          core::StageRelativeNoise(context.model, context.profile.LayerNoise())));
+                          core::StageRelativeNoise(context.model, layer_noise)));
   if (!d.ok()) {
     note_ = absl::StrCat("decision failed: ", d.status().message());
     return std::nullopt;
@@ -94,7 +97,7 @@ std::optional<Proposal> Rebalancer::Consider(const RebalanceContext& context) {
     return std::nullopt;
   }
   if (policy_.trigger.kind == Trigger::Kind::kAuto &&
-      !AutoGatePasses(context, *d)) {
+      !AutoGatePasses(context, *d, layer_noise)) {
     return std::nullopt;
   }
   std::string reason = call.reason + (d->reshape.has_value()          ? "+reshape"
@@ -103,8 +106,8 @@ std::optional<Proposal> Rebalancer::Consider(const RebalanceContext& context) {
   return Proposal{*std::move(d), std::move(reason)};
 }
 
-bool Rebalancer::AutoGatePasses(const RebalanceContext& context,
-                                const Decision& d) {
+bool Rebalancer::AutoGatePasses(const RebalanceContext& context, const Decision& d,
+                                const std::vector<double>& layer_noise) {
   AutoInput ai;
   ai.current_bottleneck_s = d.current_bottleneck_s;
   ai.candidate_bottleneck_s = d.predicted_bottleneck_s;
@@ -121,13 +124,13 @@ bool Rebalancer::AutoGatePasses(const RebalanceContext& context,
     }
     candidate.stages.assign(static_cast<size_t>(d.reshape->pipeline_size), slowest);
     absl::StatusOr<double> noise = core::ReshapeGainNoise(
-        context.model, candidate, context.profile.LayerNoise(), context.layout.boundaries,
+        context.model, candidate, layer_noise, context.layout.boundaries,
         d.boundaries,
         static_cast<double>(context.data_parallel) / d.reshape->data_parallel);
     if (noise.ok()) ai.gain_noise_s = *noise;
   } else if (!ai.releases_gpus) {
     absl::StatusOr<double> noise =
-        core::GainNoise(context.model, context.profile.LayerNoise(),
+        core::GainNoise(context.model, layer_noise,
                         context.layout.boundaries, d.boundaries);
     if (noise.ok()) ai.gain_noise_s = *noise;
   }

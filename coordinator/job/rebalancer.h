@@ -114,7 +114,9 @@ class Rebalancer {
                                   const JobLayout& layout, int full_stages,
                                   int data_parallel, const std::vector<double>& rank_speeds,
                                   double near_tie = 0);
-  bool AutoGatePasses(const RebalanceContext& context, const Decision& d);
+  // `layer_noise`: the profile's LayerNoise(), read once per evaluation.
+  bool AutoGatePasses(const RebalanceContext& context, const Decision& d,
+                      const std::vector<double>& layer_noise);
 
   Policy policy_;
   AutoOptions auto_options_;

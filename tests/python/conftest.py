@@ -33,3 +33,22 @@ def coordinator():
                                binary=os.path.join(BIN_DIR, "dynmo-coordinator"))
     yield c
     c.stop()
+
+
+def spawn_ranks(fn, make_args, nprocs, attempts=3):
+    """``torch.multiprocessing.spawn(fn, args=make_args(attempt), ...)``,
+    started again with a fresh rendezvous (``make_args`` gets the attempt
+    number) only when Gloo's own connection set-up inside
+    ``init_process_group`` failed — a port of a test running beside this
+    one under ``ctest -j``, not this test's code; any other failure is
+    raised at once."""
+    import torch.multiprocessing as mp
+    for attempt in range(attempts):
+        try:
+            mp.spawn(fn, args=make_args(attempt), nprocs=nprocs, join=True)
+            return
+        except mp.ProcessRaisedException as e:
+            text = str(e)
+            if (attempt + 1 == attempts or "connectFullMesh failed" not in text
+                    or "init_process_group" not in text):
+                raise

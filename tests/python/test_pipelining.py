@@ -9,16 +9,22 @@ import tempfile
 import pytest
 
 torch = pytest.importorskip("torch")
-import torch.multiprocessing as mp  # noqa: E402
 
 import pipelining_workers as w  # noqa: E402
+from conftest import spawn_ranks  # noqa: E402
 
 
 def run(cfg, world):
-    with tempfile.TemporaryDirectory() as d:
-        mp.spawn(w.train, args=(world, os.path.join(d, "init"), d, cfg), nprocs=world,
-                 join=True)
-        return [json.load(open(os.path.join(d, f"rank{r}.json"))) for r in range(world)]
+    with tempfile.TemporaryDirectory() as root:
+        dirs = []
+
+        def args(attempt):
+            dirs.append(os.path.join(root, str(attempt)))
+            os.makedirs(dirs[-1])
+            return (world, os.path.join(dirs[-1], "init"), dirs[-1], cfg)
+
+        spawn_ranks(w.train, args, world)
+        return [json.load(open(os.path.join(dirs[-1], f"rank{r}.json"))) for r in range(world)]
 
 
 def losses(records):

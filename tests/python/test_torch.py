@@ -3,16 +3,16 @@ state between two Gloo ranks, in-band agreement and applying a plan."""
 import pytest
 
 torch = pytest.importorskip("torch")
-import torch.multiprocessing as mp  # noqa: E402
 from torch import nn  # noqa: E402
 
 import dynmo  # noqa: E402
 import dynmo.torch as dt  # noqa: E402
 import torch_workers  # noqa: E402
+from conftest import spawn_ranks  # noqa: E402
 
 
 def spawn(fn, tmp_path):
-    mp.spawn(fn, args=(2, str(tmp_path / "init")), nprocs=2, join=True)
+    spawn_ranks(fn, lambda attempt: (2, str(tmp_path / f"init{attempt}")), 2)
 
 
 def test_layer_timer_counts_every_micro_batch():

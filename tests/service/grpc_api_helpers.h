@@ -33,13 +33,9 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "gtest/gtest.h"
+#include "tests/service/temp_dir.h"
 
 namespace dynmo::service {
-
-inline std::string TempDir() {
-  char tmpl[] = "/tmp/dynmo_api_XXXXXX";
-  return mkdtemp(tmpl);
-}
 
 // The body of GET `path`; with `whole`, the status line and headers too.
 inline std::string HttpGet(int port, const std::string& path, const std::string& header = "",
@@ -85,7 +81,7 @@ class GrpcApiTest : public ::testing::Test {
                    const std::string& principals = "", int max_jobs_per_principal = 64) {
     ServerOptions o;
     if (metrics) o.metrics_listen = "127.0.0.1:0";
-    o.coordinator.state_dir = dir_ = TempDir();
+    o.coordinator.state_dir = dir_ = TempDir("api");
     o.coordinator.max_jobs_per_principal = max_jobs_per_principal;
     if (!principals.empty()) {
       o.principals_file = o.coordinator.state_dir + "/principals";

@@ -5,8 +5,6 @@
 #ifndef DYNMO_TESTS_SERVICE_STATE_DIR_FIXTURE_H_
 #define DYNMO_TESTS_SERVICE_STATE_DIR_FIXTURE_H_
 
-#include <stdlib.h>
-
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -14,13 +12,9 @@
 #include "coordinator/service/released_pool.h"
 #include "coordinator/service/state_store.h"
 #include "gtest/gtest.h"
+#include "tests/service/temp_dir.h"
 
 namespace dynmo::service {
-
-inline std::string TempDir() {
-  char tmpl[] = "/tmp/dynmo_job_XXXXXX";
-  return mkdtemp(tmpl);
-}
 
 class StateDirTest : public ::testing::Test {
  protected:

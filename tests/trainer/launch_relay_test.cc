@@ -37,7 +37,7 @@ std::vector<std::string> SmallJob(std::vector<std::string> extra) {
   std::vector<std::string> flags = {"--pp=2", "--layers=4", "--hidden=32", "--heads=4",
                                     "--seq_len=16", "--micro_batch=2", "--microbatches=4",
                                     "--lr=0.01", "--seed=7", "--intra_op_threads=1",
-                                    "--log_interval=1"};
+                                    "--log_interval=1", "--device=cpu"};
   flags.insert(flags.end(), extra.begin(), extra.end());
   return flags;
 }
