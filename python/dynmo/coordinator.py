@@ -5,8 +5,14 @@ loopback port the kernel picks (``--listen 127.0.0.1:0 --port_file F``) and
 hands ``address`` to every rank. The binary is ``binary`` if given, else
 $DYNMO_COORDINATOR, else ``dynmo-coordinator`` in $DYNMO_BIN_DIR, the one
 ``pip install`` put inside the package (dynmo/bin), the build tree's when
-the package runs from build/python (build/bin), or the one on PATH. ``stop()`` (or leaving the ``with`` block) sends SIGTERM and
-waits. Not thread-safe: owned by one thread.
+the package runs from build/python (build/bin), or the one on PATH.
+``stop()`` (or leaving the ``with`` block) sends SIGTERM and waits.
+
+The daemon's output (its event log: plans issued and applied, rank speed
+changes) goes to ``log_path`` if given, else to the file
+$DYNMO_COORDINATOR_LOG names (kept after ``stop()``: how to read what an
+embedded coordinator decided, e.g. under ``dynmo.pipelining``), else to a
+temporary file removed by ``stop()``. Not thread-safe: owned by one thread.
 """
 from __future__ import annotations
 
@@ -49,7 +55,13 @@ class LocalCoordinator:
         port_file = os.path.join(self._dir, "port")
         argv = [binary or find_coordinator_binary(), "--listen=127.0.0.1:0",
                 f"--port_file={port_file}", *flags]
-        self._log = open(log_path or os.path.join(self._dir, "log"), "wb")
+        log_path = log_path or os.environ.get("DYNMO_COORDINATOR_LOG") or os.path.join(
+            self._dir, "log")
+        try:
+            self._log = open(log_path, "wb")
+        except OSError as e:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            raise ValueError(f"dynmo-coordinator log {log_path}: {e.strerror}") from None
         self._proc = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + start_timeout_s
         port = ""

@@ -206,3 +206,14 @@ def test_local_coordinator_errors(tmp_path, monkeypatch):
     bad.chmod(0o755)
     with pytest.raises(dynmo.UnavailableError, match="no such flag"):
         dynmo.LocalCoordinator(binary=str(bad), start_timeout_s=5)
+
+
+def test_the_embedded_coordinators_log_is_kept_where_asked(tmp_path, bin_dir, monkeypatch):
+    kept = tmp_path / "coordinator.log"
+    monkeypatch.setenv("DYNMO_COORDINATOR_LOG", str(kept))
+    with dynmo.LocalCoordinator(binary=os.path.join(bin_dir, "dynmo-coordinator")) as c:
+        assert c.port > 0
+    assert "event=listening" in kept.read_text()  # still there after stop()
+    monkeypatch.setenv("DYNMO_COORDINATOR_LOG", str(tmp_path / "no" / "such" / "dir.log"))
+    with pytest.raises(ValueError, match="dynmo-coordinator log .*dir.log: No such file"):
+        dynmo.LocalCoordinator(binary=os.path.join(bin_dir, "dynmo-coordinator"))
