@@ -92,11 +92,11 @@ absl::StatusOr<std::optional<Decision>> DecideReshape(const DecisionInput& in) {
     return core::CostOfShape(in.model.layers, spec, from, num_stages, in.data_parallel)
         .status();
   }
-  ReshapeChoice choice;
+  wire::Reshape choice;
   choice.pipeline_size = best.pp;
-  choice.data_parallel = best.dp;
+  choice.data_parallel_size = best.dp;
   choice.copy_bytes = best.copy_bytes;
-  choice.microbatches_per_s = best.tokens_per_s;  // one "token" per micro-batch
+  choice.predicted_microbatches_per_s = best.tokens_per_s;  // one "token" per micro-batch
   choice.previous_microbatches_per_s = in_place->tokens_per_s;
   core::RepackOptions ro;
   ro.tolerance = in.policy.repack_tolerance;
@@ -113,7 +113,7 @@ absl::StatusOr<std::optional<Decision>> DecideReshape(const DecisionInput& in) {
   }
   const double rival =
       std::max(choice.previous_microbatches_per_s, choice.release_microbatches_per_s);
-  if (!(choice.microbatches_per_s > rival * kReshapeMinGain)) {
+  if (!(choice.predicted_microbatches_per_s > rival * kReshapeMinGain)) {
     return std::optional<Decision>();
   }
   Decision d;
@@ -121,7 +121,7 @@ absl::StatusOr<std::optional<Decision>> DecideReshape(const DecisionInput& in) {
   d.boundaries = best.boundaries;
   for (int s = 0; s < best.pp; ++s) d.active_stages.push_back(s);
   d.migration_bytes = best.copy_bytes;
-  d.current_bottleneck_s = now->iteration_s / in.microbatches;
+  d.previous_bottleneck_s = now->iteration_s / in.microbatches;
   d.predicted_bottleneck_s = best.iteration_s / in.microbatches;
   d.reshape = choice;
   return std::optional<Decision>(std::move(d));
@@ -146,7 +146,7 @@ absl::StatusOr<Decision> Decide(const DecisionInput& input) {
   }
 
   Decision d;
-  d.current_bottleneck_s =
+  d.previous_bottleneck_s =
       core::Bottleneck(core::StageLoads(input.model, input.current));
 
   if (input.policy.repack && input.policy.elastic == Elastic::kReshape) {
@@ -208,7 +208,7 @@ absl::StatusOr<Decision> Decide(const DecisionInput& input) {
   d.predicted_bottleneck_s =
       core::Bottleneck(core::StageLoads(input.model, d.boundaries));
   if (d.boundaries == input.current) {
-    d.predicted_bottleneck_s = d.current_bottleneck_s;
+    d.predicted_bottleneck_s = d.previous_bottleneck_s;
     return d;
   }
   absl::StatusOr<core::MigrationPlan> m = core::PlanMigrationBetween(

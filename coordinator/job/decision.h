@@ -1,7 +1,10 @@
 // Decision: one job's "what should the layout be now", computed by the
-// decision core from the aggregated per-layer costs. Maps the core's stage
-// indices (0..active-1) back to the job's original stage ids, so migrations,
-// splits and released stages name pipeline ranks the trainer knows.
+// decision core from the aggregated per-layer costs. It is the layout part
+// of the plan every rank will execute — a wire::Plan as the balancer filled
+// it — so issuing it copies no field: the plan protocol adds the job, epoch,
+// apply iteration, reason and time. The core's stage indices (0..active-1)
+// are mapped back to the job's original stage ids, so migrations, splits
+// and released stages name pipeline ranks the trainer knows.
 // A pure function: no clock, no lock, no I/O.
 #ifndef DYNMO_COORDINATOR_JOB_DECISION_H_
 #define DYNMO_COORDINATOR_JOB_DECISION_H_
@@ -17,6 +20,7 @@
 #include "coordinator/core/repack.h"
 #include "coordinator/core/reshape.h"
 #include "coordinator/job/policy.h"
+#include "wire/plan_codec.h"
 
 namespace dynmo::service {
 
@@ -44,31 +48,17 @@ struct DecisionInput {
   std::vector<double> rank_speeds;
 };
 
-// A re-shape of the job's ranks into pp x dp (plan.proto's Reshape).
-struct ReshapeChoice {
-  int pipeline_size = 1;
-  int data_parallel = 1;
-  int64_t copy_bytes = 0;
-  double microbatches_per_s = 0;           // after
-  double previous_microbatches_per_s = 0;  // the shape in force, re-balanced
-  double release_microbatches_per_s = 0;   // re-packing with release; 0: none
-};
-
-struct Decision {
+// The layout part of a plan (wire::Plan's fields, original stage ids):
+// `boundaries` over `active_stages`; `released_stages`; `migrations` in
+// their rounds; `split`; `migration_bytes`; `previous_bottleneck_s` (now)
+// and `predicted_bottleneck_s` (after), per micro-batch. Set when the
+// decision re-shapes the job, `reshape` holds the grid: `boundaries` are
+// then over the new stages 0..pp-1 (`active_stages`), nothing is released,
+// migrations and split are empty, migration_bytes is the copies' total,
+// and the two bottlenecks are the iteration times per original
+// micro-batch.
+struct Decision : wire::Plan {
   bool changes_layout = false;
-  core::Boundaries boundaries;        // over `active_stages`
-  std::vector<int> active_stages;     // original ids
-  std::vector<int> released_stages;   // original ids
-  std::vector<core::LayerMigration> migrations;  // original ids
-  std::vector<core::CommSplit> split;            // original ids
-  int64_t migration_bytes = 0;
-  double current_bottleneck_s = 0;
-  double predicted_bottleneck_s = 0;
-  // Set when the decision re-shapes the job: `boundaries` are then over the
-  // new stages 0..pp-1 (`active_stages`), nothing is released, migrations
-  // and split are empty, migration_bytes is the copies' total, and the two
-  // bottlenecks are the iteration times per original micro-batch.
-  std::optional<ReshapeChoice> reshape;
 };
 
 // Runs the policy's balancer (and RepackOptimal when re-packing is on and it

@@ -16,7 +16,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "coordinator/job/job_machine.h"
-#include "coordinator/job/plan_convert.h"
 
 namespace dynmo::service {
 
@@ -63,7 +62,7 @@ void JobMachine::RunStep(const PlanStep& step, absl::Time now, JobEffects* out) 
 absl::StatusOr<dynmo::v1::Plan> JobMachine::Issue(const Decision& d,
                                                   const std::string& reason,
                                                   absl::Time now, JobEffects* out) {
-  wire::Plan issued = PlanOfDecision(d);
+  wire::Plan issued = d;  // the decision is the plan's layout part
   issued.job = name_;
   issued.apply_iteration = std::max<int64_t>(rebalancer_.newest_iteration(), 0) +
                            options_.plan_lead_iterations;

@@ -1,6 +1,6 @@
 // The operator's Policy message to and from policy.h's Policy. (Layer
-// samples and plans go through the one wire codec, wire/; a Decision
-// becomes a wire::Plan in plan_convert.h.) Pure; thread-safe.
+// samples and plans go through the one wire codec, wire/; a Decision is
+// a wire::Plan's layout part, decision.h.) Pure; thread-safe.
 #ifndef DYNMO_COORDINATOR_JOB_PROTO_CONVERT_H_
 #define DYNMO_COORDINATOR_JOB_PROTO_CONVERT_H_
 

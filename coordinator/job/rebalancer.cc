@@ -109,7 +109,7 @@ std::optional<Proposal> Rebalancer::Consider(const RebalanceContext& context) {
 bool Rebalancer::AutoGatePasses(const RebalanceContext& context, const Decision& d,
                                 const std::vector<double>& layer_noise) {
   AutoInput ai;
-  ai.current_bottleneck_s = d.current_bottleneck_s;
+  ai.current_bottleneck_s = d.previous_bottleneck_s;
   ai.candidate_bottleneck_s = d.predicted_bottleneck_s;
   ai.migration_bytes = d.migration_bytes;
   ai.microbatches = context.layout.microbatches;
@@ -126,7 +126,7 @@ bool Rebalancer::AutoGatePasses(const RebalanceContext& context, const Decision&
     absl::StatusOr<double> noise = core::ReshapeGainNoise(
         context.model, candidate, layer_noise, context.layout.boundaries,
         d.boundaries,
-        static_cast<double>(context.data_parallel) / d.reshape->data_parallel);
+        static_cast<double>(context.data_parallel) / d.reshape->data_parallel_size);
     if (noise.ok()) ai.gain_noise_s = *noise;
   } else if (!ai.releases_gpus) {
     absl::StatusOr<double> noise =

@@ -1,6 +1,6 @@
 // What a rank executes is what the coordinator decided: a Decision made by
 // the coordinator's own code (service::Decide) is put into a Plan message as
-// the coordinator sends it (service::PlanOfDecision, wire::PlanToProto),
+// the coordinator sends it (the Decision is the plan's layout part; wire::PlanToProto),
 // read back as the agent hands it over (wire::PlanFromProto) by the
 // trainer (ExecutionForPlan), and the moves the rank will run are compared
 // with the coordinator's list, move by move and round by round; plans whose
@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "coordinator/job/decision.h"
-#include "coordinator/job/plan_convert.h"
 #include "gtest/gtest.h"
 
 namespace dynmo::trainer {
@@ -48,7 +47,7 @@ Decided Decide(const core::PipelineModel& model, std::vector<int> active,
   absl::StatusOr<service::Decision> d = service::Decide(in);
   EXPECT_TRUE(d.ok()) << d.status();
   Decided out{*d, {}};
-  wire::PlanToProto(service::PlanOfDecision(out.decision), &out.plan);
+  wire::PlanToProto(out.decision, &out.plan);
   return out;
 }
 
