@@ -40,7 +40,10 @@
 # DYNMO_GPU_NCCL=0 leaves NCCL out (default: use the nvidia-nccl wheel's).
 # DYNMO_GPU_CHECK_SECONDS=N cuts a two-call mode's 590 s to N (both calls
 # in one command when the lease is short); DYNMO_GPU_BUILD_TARGETS="a b"
-# builds only those targets. The test call also measures the per-layer
+# builds only those targets; DYNMO_GPU_CTEST_REGEX=RE makes the test call
+# run only `ctest -R RE` (and nothing after it) in the kit's library
+# environment — a ctest run by hand there cannot load the kit's libraries.
+# The test call also measures the per-layer
 # clocks' cost (scripts/gpu-clock-overhead.sh).
 # Functions run through step, which shellcheck does not follow:
 # shellcheck disable=SC2317,SC1091
@@ -348,6 +351,13 @@ fi
 if [ "$mode" != runs ]; then
 
   # --- 3. tests --------------------------------------------------------------
+  if [ -n "${DYNMO_GPU_CTEST_REGEX:-}" ]; then
+    # A short re-check of some tests, with the kit's libraries on the
+    # loader's path (a plain ctest there cannot load them).
+    T=600 TAIL=40 step ctest-only ctest --test-dir "$build" -R "$DYNMO_GPU_CTEST_REGEX" \
+      -j "$(nproc)" --output-on-failure --no-tests=error
+    finish
+  fi
   T=600 TAIL=40 step ctest-cuda ctest --test-dir "$build" -R 'cuda|Cuda|CUDA|gpu|Gpu' \
     --output-on-failure --no-tests=error
   if ((full_ctest)); then
