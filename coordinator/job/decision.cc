@@ -211,14 +211,13 @@ absl::StatusOr<Decision> Decide(const DecisionInput& input) {
     d.predicted_bottleneck_s = d.previous_bottleneck_s;
     return d;
   }
-  absl::StatusOr<core::MigrationPlan> m = core::PlanMigrationBetween(
-      input.model.layers, input.current, d.boundaries);
+  // The moves name the job's original stage ids from the start (each
+  // layer's owner under either layout), as the plan carries them.
+  absl::StatusOr<core::MigrationPlan> m = core::PlanMigration(
+      input.model.layers, core::LayerOwners(input.current, input.active_stages),
+      core::LayerOwners(d.boundaries, input.active_stages));
   if (!m.ok()) return m.status();
-  for (core::LayerMigration lm : m->migrations) {
-    lm.from_stage = OriginalId(input.active_stages, lm.from_stage);
-    lm.to_stage = OriginalId(input.active_stages, lm.to_stage);
-    d.migrations.push_back(lm);
-  }
+  d.migrations = std::move(m->migrations);
   d.migration_bytes = m->total_bytes;
   d.changes_layout = true;
   return d;

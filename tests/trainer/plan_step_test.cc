@@ -104,6 +104,27 @@ TEST(PlanStepTest, ARepackExecutesTheMovesAndTheSplitAsSent) {
   }
 }
 
+TEST(PlanStepTest, ARebalanceOfARePackedJobNamesItsOriginalStages) {
+  // The job runs on original stages 1, 2, 3 (0 was released): the core
+  // plans the moves by original id and the rank runs them in its positions.
+  const core::PipelineModel m = Model({5, 5, 1, 1, 1, 1}, 3);
+  StageLayout current;
+  current.active_stages = {1, 2, 3};
+  current.boundaries = {0, 2, 4, 6};
+  const Decided p = Decide(m, {1, 2, 3}, {0, 2, 4, 6}, false);
+  ASSERT_TRUE(p.decision.changes_layout);
+  ASSERT_FALSE(p.decision.migrations.empty());
+  for (const core::LayerMigration& mv : p.decision.migrations) {
+    EXPECT_GE(mv.from_stage, 1) << "layer " << mv.layer;
+    EXPECT_GE(mv.to_stage, 1) << "layer " << mv.layer;
+  }
+  absl::StatusOr<PlanExecution> e =
+      ExecutionForPlan(wire::PlanFromProto(p.plan), current, 6, 1, m.layers);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->step.to.boundaries, p.decision.boundaries);
+  ExpectSameMoves(p.decision, current.active_stages, e->moves);
+}
+
 TEST(PlanStepTest, MovesThatDoNotCarryTheLayoutAreRefused) {
   const core::PipelineModel m = Model({5, 5, 1, 1, 1, 1, 1, 1}, 4);
   const Decided p = Decide(m, {0, 1, 2, 3}, {0, 2, 4, 6, 8}, false);
