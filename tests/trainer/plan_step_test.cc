@@ -51,6 +51,14 @@ Decided Decide(const core::PipelineModel& model, std::vector<int> active,
   return out;
 }
 
+// A job re-packed earlier: original stages 1, 2, 3 hold two layers each.
+StageLayout PackedLayout() {
+  StageLayout l;
+  l.active_stages = {1, 2, 3};
+  l.boundaries = {0, 2, 4, 6};
+  return l;
+}
+
 // The coordinator's moves (original ids) as the current active indices.
 void ExpectSameMoves(const service::Decision& d, const std::vector<int>& active,
                      const core::MigrationPlan& executed) {
@@ -85,10 +93,8 @@ TEST(PlanStepTest, ARepackExecutesTheMovesAndTheSplitAsSent) {
   // After an earlier re-pack the job runs on original stages 1, 2, 3: the
   // plan names original ids, the rank works in current active indices.
   const core::PipelineModel m = Model({1, 1, 1, 1, 1, 1}, 3);
-  StageLayout current;
-  current.active_stages = {1, 2, 3};
-  current.boundaries = {0, 2, 4, 6};
-  const Decided p = Decide(m, {1, 2, 3}, {0, 2, 4, 6}, true);
+  const StageLayout current = PackedLayout();
+  const Decided p = Decide(m, current.active_stages, current.boundaries, true);
   ASSERT_FALSE(p.decision.released_stages.empty());
   absl::StatusOr<PlanExecution> e =
       ExecutionForPlan(wire::PlanFromProto(p.plan), current, 6, 1, m.layers);
@@ -108,10 +114,8 @@ TEST(PlanStepTest, ARebalanceOfARePackedJobNamesItsOriginalStages) {
   // The job runs on original stages 1, 2, 3 (0 was released): the core
   // plans the moves by original id and the rank runs them in its positions.
   const core::PipelineModel m = Model({5, 5, 1, 1, 1, 1}, 3);
-  StageLayout current;
-  current.active_stages = {1, 2, 3};
-  current.boundaries = {0, 2, 4, 6};
-  const Decided p = Decide(m, {1, 2, 3}, {0, 2, 4, 6}, false);
+  const StageLayout current = PackedLayout();
+  const Decided p = Decide(m, current.active_stages, current.boundaries, false);
   ASSERT_TRUE(p.decision.changes_layout);
   ASSERT_FALSE(p.decision.migrations.empty());
   for (const core::LayerMigration& mv : p.decision.migrations) {
