@@ -12,7 +12,9 @@
 #                    speed probe every 5 iterations) starting from 0,5,10;
 # and, without the throttle, dynmo again (no plan expected). Prints tokens/s
 # (median of the last half of the iterations), the split each ended on, its
-# plans, and whether dynmo's losses equal static-balanced's. REPEATS=N
+# plans (and the rank speeds and plans from the embedded coordinator's
+# event log, kept as OUT/NAME.coordinator.log), and whether dynmo's losses
+# equal static-balanced's. REPEATS=N
 # (default 1) then runs the best static split and dynmo N-1 more times under
 # the throttle, back to back, and prints the paired ratios and their median
 # (bench/straggler_pairs.py): single runs here scatter by more than the gap.
@@ -41,8 +43,10 @@ run() {  # NAME [example flags...]: rank r pinned to core r.
   local name=$1
   shift
   echo "== $name" >&2
+  # The embedded coordinator's event log (rank speeds, plans) is kept.
   # shellcheck disable=SC2016  # $LOCAL_RANK expands in each rank's own shell
-  "$venv/bin/torchrun" --standalone --nproc-per-node 2 --no-python \
+  DYNMO_COORDINATOR_LOG="$out/$name.coordinator.log" \
+    "$venv/bin/torchrun" --standalone --nproc-per-node 2 --no-python \
     sh -c 'exec taskset -c "$LOCAL_RANK" "$0" "$@"' "$venv/bin/python" \
     examples/torch/llama_pipelining.py "${job[@]}" --log_json "$out/$name.jsonl" \
     "$@" >"$out/$name.log" 2>&1 || { tail -20 "$out/$name.log"; exit 1; }
@@ -97,6 +101,8 @@ print(f"\nthrottled: dynmo / best static ({best}) = {rows['dynmo'] / rows[best]:
 same = [r["loss"] for r in recs("dynmo")] == [r["loss"] for r in recs("static-balanced")]
 print("losses dynmo vs static-balanced (throttled):", "identical" if same else "DIFFER")
 PY
+grep -h "rank_speed\|plan_applied" "$out"/dynmo.coordinator.log "$out"/dynmo-unthrottled.coordinator.log \
+  | cut -c1-200 | sed 's/^/  /' | head -20 || true
 echo "== dynmo against the best static split (0,$best,10), pairs run back to back =="
 "$venv/bin/python" bench/straggler_pairs.py "$out" "${pairs[@]}"
 echo "records: $out"
