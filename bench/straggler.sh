@@ -69,14 +69,8 @@ for cut in 4 6 7 8; do
   run "static-$cut" --initial_boundaries=0,$cut,10
 done
 run dynmo --initial_boundaries=0,5,10 --coordinator=embedded --job=straggler
-best=$(python3 - "$out" <<'PY'
-import json, statistics, sys
-def rate(n):
-    recs = [json.loads(l) for l in open(f"{sys.argv[1]}/static-{n}.jsonl") if l.strip()]
-    return statistics.median(r["tokens_per_s"] for r in recs[len(recs) // 2:])
-print(max((4, 6, 7, 8), key=rate))
-PY
-)
+best=$(python3 "$(dirname "$0")/straggler_pairs.py" --best "$out" static-4 static-6 static-7 static-8)
+best=${best#static-}
 pairs=("static-$best:dynmo")
 for i in $(seq 2 "$repeats"); do
   run "static-$best-$i" --initial_boundaries="0,$best,10"

@@ -7,11 +7,14 @@ Single runs on a shared 2-core VM scatter by more than the gap measured
 so one ratio says little; the median of the paired ratios says more.
 
     straggler_pairs.py OUT_DIR STATIC:DYNMO [STATIC:DYNMO ...]
+    straggler_pairs.py --best OUT_DIR NAME [NAME ...]
 
 Each NAME is OUT_DIR/NAME.jsonl (one record per iteration with
 ``tokens_per_s``, as dynmo-train's --log_json and the Python example's
-write). Prints each pair's median tokens/s over the last half of its
-iterations and their ratio, then the median, lowest and highest ratio.
+write); a run's rate is its median tokens/s over the last half of its
+iterations. The first form prints each pair's rates and their ratio, then
+the median, lowest and highest ratio; --best prints the NAME with the
+highest rate (the benches' best static split).
 """
 import json
 import statistics
@@ -27,8 +30,12 @@ def rate(path):
 
 
 def main(argv):
+    if len(argv) >= 4 and argv[1] == "--best":
+        print(max(argv[3:], key=lambda n: rate(f"{argv[2]}/{n}.jsonl")))
+        return
     if len(argv) < 3 or any(":" not in p for p in argv[2:]):
-        raise SystemExit("usage: straggler_pairs.py OUT_DIR STATIC:DYNMO [STATIC:DYNMO ...]")
+        raise SystemExit("usage: straggler_pairs.py OUT_DIR STATIC:DYNMO [STATIC:DYNMO ...]"
+                         " | --best OUT_DIR NAME [NAME ...]")
     out = argv[1]
     ratios = []
     for pair in argv[2:]:

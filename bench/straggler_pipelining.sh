@@ -14,10 +14,10 @@
 # (median of the last half of the iterations), the split each ended on, its
 # plans (and the rank speeds and plans from the embedded coordinator's
 # event log, kept as OUT/NAME.coordinator.log), and whether dynmo's losses
-# equal static-balanced's. REPEATS=N
-# (default 1) then runs the best static split and dynmo N-1 more times under
-# the throttle, back to back, and prints the paired ratios and their median
-# (bench/straggler_pairs.py): single runs here scatter by more than the gap.
+# equal static-balanced's. REPEATS=N (default 1) then runs the best static
+# split and dynmo N-1 more times under the throttle, back to back, and
+# prints the paired ratios and their median (bench/straggler_pairs.py):
+# single runs here scatter by more than the gap.
 #
 #   bash bench/straggler_pipelining.sh [BUILD_DIR]     (STEPS=120 by default)
 #
@@ -58,14 +58,8 @@ for cut in 6 7 8; do
   run "static-$cut" --coordinator none --initial_boundaries "0,$cut,10"
 done
 run dynmo --coordinator embedded --trigger auto --initial_boundaries 0,5,10
-best=$("$venv/bin/python" - "$out" <<'PY'
-import json, statistics, sys
-def rate(n):
-    recs = [json.loads(l) for l in open(f"{sys.argv[1]}/static-{n}.jsonl") if l.strip()]
-    return statistics.median(r["tokens_per_s"] for r in recs[len(recs) // 2:])
-print(max((6, 7, 8), key=rate))
-PY
-)
+best=$("$venv/bin/python" bench/straggler_pairs.py --best "$out" static-6 static-7 static-8)
+best=${best#static-}
 pairs=("static-$best:dynmo")
 for i in $(seq 2 "$repeats"); do
   run "static-$best-$i" --coordinator none --initial_boundaries "0,$best,10"
