@@ -85,6 +85,20 @@ absl::StatusOr<Candidate> SolveSubset(const PipelineModel& model,
   return Candidate{std::move(stages), *std::move(part)};
 }
 
+absl::Status ValidateStageIds(const std::vector<int>& ids, int stages) {
+  if (static_cast<int>(ids.size()) != stages) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "re-pack: ", ids.size(), " stage ids for ", stages, " stages"));
+  }
+  std::vector<int> sorted = ids;
+  std::sort(sorted.begin(), sorted.end());
+  if (sorted.front() < 0 || std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
+    return absl::InvalidArgumentError(
+        "re-pack: stage ids must be distinct and >= 0");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<RepackResult> RepackOptimal(const PipelineModel& model,
@@ -105,6 +119,12 @@ absl::StatusOr<RepackResult> RepackOptimal(const PipelineModel& model,
       return absl::InvalidArgumentError(
           absl::StrCat("current partition: ", st.message()));
     }
+  }
+  std::vector<int> ids = options.stage_ids;
+  if (ids.empty()) {
+    for (int s = 0; s < k; ++s) ids.push_back(s);
+  } else if (absl::Status st = ValidateStageIds(ids, k); !st.ok()) {
+    return st;
   }
   const bool homogeneous = Homogeneous(model.stages);
   const bool same_speed = SameSpeed(model.stages);
@@ -175,12 +195,13 @@ absl::StatusOr<RepackResult> RepackOptimal(const PipelineModel& model,
   }
   for (int s = 0; s < k; ++s) {
     const int key = new_index[static_cast<size_t>(s)];
-    (key >= 0 ? out.active_stages : out.released_stages).push_back(s);
-    out.split.push_back(CommSplit{s, key >= 0 ? 0 : kReleasedColor, key});
+    const int id = ids[static_cast<size_t>(s)];
+    (key >= 0 ? out.active_stages : out.released_stages).push_back(id);
+    out.split.push_back(CommSplit{id, key >= 0 ? 0 : kReleasedColor, key});
   }
   if (current) {
     absl::StatusOr<MigrationPlan> plan =
-        PlanMigration(model.layers, LayerOwners(*current),
+        PlanMigration(model.layers, LayerOwners(*current, ids),
                       LayerOwners(out.boundaries, out.active_stages));
     if (!plan.ok()) return plan.status();
     out.migration = *std::move(plan);

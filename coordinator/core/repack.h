@@ -50,16 +50,20 @@ struct RepackOptions {
   std::optional<double> reference_bottleneck;
   // Where the layers are now; default uniform (none when stages > layers).
   std::optional<Boundaries> current;
+  // The job's names for `model`'s stages, in pipeline order (a re-packed
+  // job's original stage ids); empty = 0..stages-1. The result's stages,
+  // split and moves are named by them. Distinct, >= 0, one per stage.
+  std::vector<int> stage_ids;
 };
 
 struct RepackResult {
-  std::vector<int> active_stages;    // original ids, in pipeline order
-  std::vector<int> released_stages;  // original ids
+  std::vector<int> active_stages;    // stage ids (options.stage_ids), in pipeline order
+  std::vector<int> released_stages;  // stage ids
   Boundaries boundaries;             // over active stages (size active + 1)
-  std::vector<CommSplit> split;      // one per original stage
+  std::vector<CommSplit> split;      // one per stage, named by its id
   double bottleneck = 0;             // of the re-packed pipeline
   double reference_bottleneck = 0;   // optimal on all stages
-  MigrationPlan migration;           // from `current` to the re-packed layout
+  MigrationPlan migration;           // from `current` to the re-packed layout, by id
 };
 
 absl::StatusOr<RepackResult> RepackOptimal(const PipelineModel& model,

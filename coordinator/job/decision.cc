@@ -13,10 +13,6 @@ namespace {
 // A re-shape must promise this much over the best alternative.
 constexpr double kReshapeMinGain = 1.01;
 
-int OriginalId(const std::vector<int>& active, int model_stage) {
-  return active[static_cast<size_t>(model_stage)];
-}
-
 std::vector<core::CommSplit> IdentitySplit(const std::vector<int>& active) {
   std::vector<core::CommSplit> split;
   for (size_t i = 0; i < active.size(); ++i) {
@@ -158,6 +154,9 @@ absl::StatusOr<Decision> Decide(const DecisionInput& input) {
     core::RepackOptions ro;
     ro.tolerance = input.policy.repack_tolerance;
     ro.current = input.current;
+    // The survivors, the split and the moves come back in the job's own
+    // stage ids, as the plan carries them.
+    ro.stage_ids = input.active_stages;
     if (input.full_stages > num_stages) {
       // The released stages are priced like the fastest active one: the
       // reference is the job on all its stages at full speed.
@@ -175,21 +174,10 @@ absl::StatusOr<Decision> Decide(const DecisionInput& input) {
     if (!r->released_stages.empty()) {
       d.changes_layout = true;
       d.boundaries = r->boundaries;
-      for (int s : r->active_stages) {
-        d.active_stages.push_back(OriginalId(input.active_stages, s));
-      }
-      for (int s : r->released_stages) {
-        d.released_stages.push_back(OriginalId(input.active_stages, s));
-      }
-      for (core::LayerMigration m : r->migration.migrations) {
-        m.from_stage = OriginalId(input.active_stages, m.from_stage);
-        m.to_stage = OriginalId(input.active_stages, m.to_stage);
-        d.migrations.push_back(m);
-      }
-      for (core::CommSplit c : r->split) {
-        c.stage = OriginalId(input.active_stages, c.stage);
-        d.split.push_back(c);
-      }
+      d.active_stages = r->active_stages;
+      d.released_stages = r->released_stages;
+      d.migrations = r->migration.migrations;
+      d.split = r->split;
       d.migration_bytes = r->migration.total_bytes;
       d.predicted_bottleneck_s = r->bottleneck;
       return d;

@@ -21,8 +21,8 @@
 // The one thing the machine must know the outcome of before it goes on is
 // whether its record became durable: a PREPARE or COMMIT may not name an
 // epoch a restart would forget, and a plan whose record could not be saved
-// is retracted. It asks that of a JobJournal: the daemon's state keeper, or
-// a replay's journal that keeps nothing (job_replay.h).
+// is retracted. It asks that of a JobJournal (job_journal.h): the daemon's
+// state keeper, or a replay's journal that keeps nothing (job_replay.h).
 //
 // JobState (job_state.h) is the daemon's shell around it: the lock, the
 // send queue, persistence, the event log and the metrics. The simulator's
@@ -49,6 +49,7 @@
 #include "coordinator/core/rank_speed.h"
 #include "coordinator/job/decision.h"
 #include "coordinator/job/log_field.h"
+#include "coordinator/job/job_journal.h"
 #include "coordinator/job/job_layout.h"
 #include "coordinator/job/job_record.h"
 #include "coordinator/job/plan_protocol.h"
@@ -94,14 +95,6 @@ struct JobOptions {
   // wants them out of the log (dynmo-coordinator --log_plans=false). An
   // aborted plan is always a warning.
   LogLevel plan_event_level = LogLevel::kInfo;
-};
-
-// Where the machine makes its record durable. Commit returns once `record`
-// survives a crash, or an error (nothing was changed then).
-class JobJournal {
- public:
-  virtual ~JobJournal() = default;
-  virtual absl::Status Commit(const dynmo::v1::JobRecord& record) = 0;
 };
 
 // One event for the event log (event_log.h), as data.
@@ -228,7 +221,7 @@ class JobMachine {
   bool SpeedRising() const;
 
   // Writes the record to the journal.
-  absl::Status Persist() { return journal_->Commit(Record()); }
+  absl::Status Persist() { return journal_->CommitJob(Record()); }
   // A diagnostic for the job's status (why the last evaluation issued no
   // plan; a persistence failure the shell met).
   void Note(std::string note) { rebalancer_.Note(std::move(note)); }

@@ -12,7 +12,7 @@ namespace {
 
 class NullJournal : public JobJournal {
  public:
-  absl::Status Commit(const dynmo::v1::JobRecord&) override { return absl::OkStatus(); }
+  absl::Status CommitJob(const dynmo::v1::JobRecord&) override { return absl::OkStatus(); }
 };
 
 class Machine : public ReplayTarget {

@@ -15,19 +15,14 @@ class JobState::FlushOnExit {
   JobState* job_;
 };
 
-absl::Status JobState::KeeperJournal::Commit(const dynmo::v1::JobRecord& record) {
-  return deps_.keeper->CommitJob(record);
-}
-
 JobState::JobState(const dynmo::v1::RegisterRequest& first,
                    const JobOptions& options, JobDeps deps, std::string owner)
     : name_(first.job()),
       owner_(std::move(owner)),
       deps_(deps),
-      journal_(deps),
       metrics_(deps.metrics != nullptr ? deps.metrics->ForJob(name_) : nullptr) {
   absl::MutexLock lock(&mu_);
-  machine_ = std::make_unique<JobMachine>(first, options, &journal_, owner_);
+  machine_ = std::make_unique<JobMachine>(first, options, deps_.keeper, owner_);
 }
 
 JobState::JobState(const dynmo::v1::JobRecord& record,
@@ -35,12 +30,11 @@ JobState::JobState(const dynmo::v1::JobRecord& record,
     : name_(record.name()),
       owner_(record.owner()),
       deps_(deps),
-      journal_(deps),
       metrics_(deps.metrics != nullptr ? deps.metrics->ForJob(name_) : nullptr) {
   FlushOnExit flush(this);
   absl::MutexLock lock(&mu_);
   JobEffects effects;
-  machine_ = std::make_unique<JobMachine>(record, options, &journal_, absl::Now(),
+  machine_ = std::make_unique<JobMachine>(record, options, deps_.keeper, absl::Now(),
                                           &effects);
   CarryLocked(effects);
 }

@@ -133,16 +133,6 @@ class JobState {
   // Sends what was queued once it goes out of scope: declared before the
   // MutexLock, it runs after the lock is released.
   class FlushOnExit;
-  // The state keeper as the machine's journal.
-  class KeeperJournal : public JobJournal {
-   public:
-    explicit KeeperJournal(JobDeps deps) : deps_(deps) {}
-    absl::Status Commit(const dynmo::v1::JobRecord& record) override;
-
-   private:
-    JobDeps deps_;
-  };
-
   absl::Status OnUpstream(absl::Span<const UpstreamMessage> messages);
   // Carries out what the machine asked for: closes and messages into the
   // send queue, events into the log, counters and measures into the
@@ -156,7 +146,6 @@ class JobState {
   const std::string name_;
   const std::string owner_;
   JobDeps deps_;
-  KeeperJournal journal_;
   std::unique_ptr<JobMetrics> metrics_;
 
   mutable absl::Mutex mu_;

@@ -47,6 +47,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "coordinator/job/job_journal.h"
 #include "dynmo/v1/state.pb.h"
 
 namespace dynmo::service {
@@ -112,7 +113,7 @@ class StateStore {
   std::string why_read_only_;
 };
 
-class StateKeeper {
+class StateKeeper : public JobJournal {
  public:
   // `dir` empty: in-memory only.
   explicit StateKeeper(std::string dir);
@@ -122,7 +123,8 @@ class StateKeeper {
 
   // Writes `job`'s record file (or the pool's) with it as the new record; on
   // an error nothing changes.
-  absl::Status CommitJob(const dynmo::v1::JobRecord& job);
+  // The job machines' journal (job/job_journal.h).
+  absl::Status CommitJob(const dynmo::v1::JobRecord& job) override;
   absl::Status CommitPool(const std::vector<dynmo::v1::ReleasedGpu>& pool,
                           uint64_t next_gpu_id);
   // Removes the record file of the job `name` (a deleted job).

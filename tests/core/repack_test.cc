@@ -27,16 +27,23 @@ PipelineModel Model(const std::vector<double>& times, int stages,
   return m;
 }
 
+// 6 equal layers on 4 stages, stage 2 at half speed, placed 0,2,4,5,6.
+PipelineModel SlowMiddleStage() {
+  PipelineModel m = Model(std::vector<double>(6, 1.0), 4);
+  m.stages[2].speed = 0.5;
+  return m;
+}
+Boundaries SlowMiddleLayout() { return Boundaries{0, 2, 4, 5, 6}; }
+
 TEST(RepackOptimal, TheSlowestRankIsReleasedFirstEvenInTheMiddle) {
   // 6 equal layers on 4 stages, stage 2 at half speed. On all 4 the best
   // bottleneck is 2 (stage 2 holds one layer: 1 / 0.5). The three fast
   // stages reach it too (2, 2, 2), but no window of three does (each holds
   // the slow stage: best 3), so at tolerance 0 the slow middle stage is the
   // one released and stages 1 and 3 become neighbours.
-  PipelineModel m = Model(std::vector<double>(6, 1.0), 4);
-  m.stages[2].speed = 0.5;
+  PipelineModel m = SlowMiddleStage();
   RepackOptions o;
-  o.current = Boundaries{0, 2, 4, 5, 6};
+  o.current = SlowMiddleLayout();
   auto r = RepackOptimal(m, o);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->active_stages, (std::vector<int>{0, 1, 3}));
@@ -62,6 +69,52 @@ TEST(RepackOptimal, TheSlowestRankIsReleasedFirstEvenInTheMiddle) {
   EXPECT_EQ(even->active_stages.size(), 3u);
   EXPECT_TRUE(even->active_stages == (std::vector<int>{0, 1, 2}) ||
               even->active_stages == (std::vector<int>{1, 2, 3}));
+}
+
+TEST(RepackOptimal, StageIdsNameTheResultAsTheJobDoes) {
+  // The job above once re-packed already: its four stages are the job's
+  // stages 3, 5, 7 and 9. The same choice comes back in those names.
+  const PipelineModel m = SlowMiddleStage();
+  RepackOptions o;
+  o.current = SlowMiddleLayout();
+  auto plain = RepackOptimal(m, o);
+  o.stage_ids = {3, 5, 7, 9};
+  auto r = RepackOptimal(m, o);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->active_stages, (std::vector<int>{3, 5, 9}));
+  EXPECT_EQ(r->released_stages, (std::vector<int>{7}));
+  EXPECT_EQ(r->boundaries, plain->boundaries);
+  EXPECT_DOUBLE_EQ(r->bottleneck, plain->bottleneck);
+  ASSERT_EQ(r->split.size(), plain->split.size());
+  for (size_t i = 0; i < r->split.size(); ++i) {
+    EXPECT_EQ(r->split[i].stage, o.stage_ids[i]);
+    EXPECT_EQ(r->split[i].color, plain->split[i].color);
+    EXPECT_EQ(r->split[i].key, plain->split[i].key);
+  }
+  ASSERT_EQ(r->migration.migrations.size(), plain->migration.migrations.size());
+  for (size_t i = 0; i < r->migration.migrations.size(); ++i) {
+    const LayerMigration& a = plain->migration.migrations[i];
+    const LayerMigration& b = r->migration.migrations[i];
+    EXPECT_EQ(b.layer, a.layer);
+    EXPECT_EQ(b.round, a.round);
+    EXPECT_EQ(b.from_stage, o.stage_ids[static_cast<size_t>(a.from_stage)]);
+    EXPECT_EQ(b.to_stage, o.stage_ids[static_cast<size_t>(a.to_stage)]);
+  }
+  EXPECT_EQ(r->migration.total_bytes, plain->migration.total_bytes);
+}
+
+TEST(RepackOptimal, BadStageIdsAreRefused) {
+  PipelineModel m = Model(std::vector<double>(6, 1.0), 4);
+  RepackOptions o;
+  for (const std::vector<int>& ids :
+       {std::vector<int>{0, 1, 2}, std::vector<int>{0, 1, 1, 2}, std::vector<int>{-1, 1, 2, 3}}) {
+    o.stage_ids = ids;
+    auto r = RepackOptimal(m, o);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+    EXPECT_NE(r.status().message().find("stage ids"), std::string::npos) << r.status();
+  }
 }
 
 TEST(RepackOptimal, TheSurvivorsMatchABruteForceOverEverySubsetWithSpeeds) {

@@ -22,7 +22,7 @@ constexpr int kLayers = 8;
 
 class Journal : public JobJournal {
  public:
-  absl::Status Commit(const dynmo::v1::JobRecord& record) override {
+  absl::Status CommitJob(const dynmo::v1::JobRecord& record) override {
     if (fail) return absl::UnavailableError("state not persisted (disk full)");
     records.push_back(record);
     return absl::OkStatus();
