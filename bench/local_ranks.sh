@@ -10,7 +10,12 @@
 #   throttle_on [CORE] / throttle_off
 #                                  a busy loop pinned to CORE (default 1),
 #                                  sharing it with the rank there (the
-#                                  straggler benches), and its end.
+#                                  straggler benches), and its end. The
+#                                  loop runs at nice $THROTTLE_NICE (default
+#                                  0): the scheduler then leaves the rank
+#                                  1024 / (1024 + w) of the core, w the
+#                                  loop's weight (1024 at nice 0: about
+#                                  half; 820 at 2: 0.56; 335 at 5: 0.75).
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
@@ -29,7 +34,7 @@ run_ranks() {
 
 busy_pid=""
 throttle_on() {
-  taskset -c "${1:-1}" bash -c 'while :; do :; done' &
+  nice -n "${THROTTLE_NICE:-0}" taskset -c "${1:-1}" bash -c 'while :; do :; done' &
   busy_pid=$!
 }
 throttle_off() {

@@ -15,18 +15,47 @@ write); a run's rate is its median tokens/s over the last half of its
 iterations. The first form prints each pair's rates and their ratio, then
 the median, lowest and highest ratio; --best prints the NAME with the
 highest rate (the benches' best static split).
+
+Under each pair it also prints DynMo's plans (the split each one applied
+and the first iteration run on it, from the records' ``epoch`` and
+``boundaries``) and both runs' median tokens/s over the iterations after
+DynMo's last plan: a pair's ratio is low either because DynMo moved late
+(the last-half median still counts iterations before its move) or because
+the two runs went at different paces on the same split (the VM drifted
+between them); that line tells which.
 """
 import json
 import statistics
 import sys
 
 
-def rate(path):
+def records(path):
     with open(path) as f:
         recs = [json.loads(line) for line in f if line.strip()]
     if not recs:
         raise SystemExit(f"straggler_pairs.py: {path} holds no iterations")
+    return recs
+
+
+def rate(path):
+    recs = records(path)
     return statistics.median(r["tokens_per_s"] for r in recs[len(recs) // 2:])
+
+
+def iteration(r):
+    return r["iteration"] if "iteration" in r else r["iter"]
+
+
+def plans(recs):
+    """(first iteration on it, split) of each plan the run applied."""
+    return [(iteration(b), ",".join(map(str, b["boundaries"])))
+            for a, b in zip(recs, recs[1:]) if b.get("epoch") != a.get("epoch")]
+
+
+def after(recs, first):
+    """Median tokens/s over the iterations from `first` on (None if none)."""
+    rates = [r["tokens_per_s"] for r in recs if iteration(r) >= first]
+    return statistics.median(rates) if rates else None
 
 
 def main(argv):
@@ -44,6 +73,18 @@ def main(argv):
         ratios.append(d / s)
         print(f"  {static:16s} {s:8.0f} tok/s   {dynmo:10s} {d:8.0f} tok/s   "
               f"dynmo / static {d / s:.3f}x")
+        moved = plans(records(f"{out}/{dynmo}.jsonl"))
+        if moved:
+            first = moved[-1][0]
+            ds = after(records(f"{out}/{dynmo}.jsonl"), first)
+            ss = after(records(f"{out}/{static}.jsonl"), first)
+            line = " ".join(f"{split}@{it}" for it, split in moved)
+            if ds and ss:
+                line += (f"; from iteration {first} on: dynmo {ds:.0f}, static {ss:.0f} tok/s "
+                         f"({ds / ss:.3f}x)")
+            print(f"      dynmo's plans {line}")
+        else:
+            print("      dynmo made no plan")
     print(f"paired ratio over {len(ratios)} pairs: median {statistics.median(ratios):.3f}x, "
           f"lowest {min(ratios):.3f}x, highest {max(ratios):.3f}x (target >= 0.97x)")
 

@@ -18,6 +18,8 @@
 # split and dynmo N-1 more times under the throttle, back to back, and
 # prints the paired ratios and their median (bench/straggler_pairs.py):
 # single runs here scatter by more than the gap.
+# THROTTLE_NICE=N runs the busy loop at nice N, a milder throttle (about
+# 0.56 of the core at 2, 0.75 at 5: bench/local_ranks.sh).
 #
 #   bash bench/straggler_pipelining.sh [BUILD_DIR]     (STEPS=120 by default)
 #
