@@ -37,8 +37,8 @@ def records(path):
     return recs
 
 
-def rate(path):
-    recs = records(path)
+def rate(recs):
+    """Median tokens/s over the last half of a run's records."""
     return statistics.median(r["tokens_per_s"] for r in recs[len(recs) // 2:])
 
 
@@ -52,6 +52,11 @@ def plans(recs):
             for a, b in zip(recs, recs[1:]) if b.get("epoch") != a.get("epoch")]
 
 
+def moves_text(moved):
+    """Plans as "SPLIT@ITERATION ..." (the benches' summaries print them so)."""
+    return " ".join(f"{split}@{it}" for it, split in moved)
+
+
 def after(recs, first):
     """Median tokens/s over the iterations from `first` on (None if none)."""
     rates = [r["tokens_per_s"] for r in recs if iteration(r) >= first]
@@ -60,7 +65,7 @@ def after(recs, first):
 
 def main(argv):
     if len(argv) >= 4 and argv[1] == "--best":
-        print(max(argv[3:], key=lambda n: rate(f"{argv[2]}/{n}.jsonl")))
+        print(max(argv[3:], key=lambda n: rate(records(f"{argv[2]}/{n}.jsonl"))))
         return
     if len(argv) < 3 or any(":" not in p for p in argv[2:]):
         raise SystemExit("usage: straggler_pairs.py OUT_DIR STATIC:DYNMO [STATIC:DYNMO ...]"
@@ -69,17 +74,18 @@ def main(argv):
     ratios = []
     for pair in argv[2:]:
         static, dynmo = pair.split(":", 1)
-        s, d = rate(f"{out}/{static}.jsonl"), rate(f"{out}/{dynmo}.jsonl")
+        static_recs = records(f"{out}/{static}.jsonl")
+        dynmo_recs = records(f"{out}/{dynmo}.jsonl")
+        s, d = rate(static_recs), rate(dynmo_recs)
         ratios.append(d / s)
         print(f"  {static:16s} {s:8.0f} tok/s   {dynmo:10s} {d:8.0f} tok/s   "
               f"dynmo / static {d / s:.3f}x")
-        moved = plans(records(f"{out}/{dynmo}.jsonl"))
+        moved = plans(dynmo_recs)
         if moved:
             first = moved[-1][0]
-            ds = after(records(f"{out}/{dynmo}.jsonl"), first)
-            ss = after(records(f"{out}/{static}.jsonl"), first)
-            line = " ".join(f"{split}@{it}" for it, split in moved)
-            if ds and ss:
+            ds, ss = after(dynmo_recs, first), after(static_recs, first)
+            line = moves_text(moved)
+            if ds is not None and ss is not None:
                 line += (f"; from iteration {first} on: dynmo {ds:.0f}, static {ss:.0f} tok/s "
                          f"({ds / ss:.3f}x)")
             print(f"      dynmo's plans {line}")

@@ -73,23 +73,21 @@ run dynmo-unthrottled --coordinator embedded --trigger auto --initial_boundaries
 run static-unthrottled --coordinator none --initial_boundaries 0,5,10
 
 "$venv/bin/python" - "$out" <<'PY'
-import json, statistics, sys
+import sys
+sys.path.insert(0, "bench")
+from straggler_pairs import moves_text, plans, rate, records
 out = sys.argv[1]
 def recs(n):
-    return [json.loads(l) for l in open(f"{out}/{n}.jsonl") if l.strip()]
-def rate(rs):
-    return statistics.median(r["tokens_per_s"] for r in rs[len(rs) // 2:])
+    return records(f"{out}/{n}.jsonl")
 rows = {}
 for n in ["static-balanced", "static-6", "static-7", "static-8", "dynmo",
           "dynmo-unthrottled", "static-unthrottled"]:
     rs = recs(n)
-    plans = sorted({r["epoch"] for r in rs}) [1:]
-    moves = [f"{','.join(map(str, r['boundaries']))}@{r['iteration']}"
-             for a, r in zip(rs, rs[1:]) if r["epoch"] != a["epoch"]]
+    epochs = sorted({r["epoch"] for r in rs}) [1:]
     rows[n] = rate(rs)
     print(f"{n:20s} {rows[n]:9.0f} tok/s (last half)  final split "
-          f"{','.join(map(str, rs[-1]['boundaries']))}  plans {len(plans)} "
-          f"{' '.join(moves)}")
+          f"{','.join(map(str, rs[-1]['boundaries']))}  plans {len(epochs)} "
+          f"{moves_text(plans(rs))}")
 best = max(("static-balanced", "static-6", "static-7", "static-8"), key=rows.get)
 print(f"\nthrottled: dynmo / best static ({best}) = {rows['dynmo'] / rows[best]:.3f}x "
       f"(target >= 0.97x); dynmo / static-balanced = "
