@@ -17,14 +17,15 @@ bool Weight(double w) { return std::isfinite(w) && w > 0 && w <= 1; }
 }  // namespace
 
 absl::Status ValidateRankSpeedOptions(const RankSpeedOptions& o) {
-  if (!Weight(o.smoothing) || !Weight(o.noise_smoothing)) {
+  if (!Weight(o.smoothing) || !Weight(o.noise_smoothing) || !Weight(o.settle_smoothing)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "speed smoothing weights must be in (0, 1], got ", o.smoothing, " and ",
-        o.noise_smoothing));
+        "speed smoothing weights must be in (0, 1], got ", o.smoothing, ", ",
+        o.noise_smoothing, " and ", o.settle_smoothing));
   }
-  if (!std::isfinite(o.sigmas) || o.sigmas < 0 || !std::isfinite(o.min_change) ||
-      o.min_change < 0) {
-    return absl::InvalidArgumentError("speed sigmas and min_change must be finite and >= 0");
+  if (!std::isfinite(o.sigmas) || o.sigmas < 0 || !std::isfinite(o.publish_sigmas) ||
+      o.publish_sigmas < 0 || !std::isfinite(o.min_change) || o.min_change < 0) {
+    return absl::InvalidArgumentError(
+        "speed sigmas, publish_sigmas and min_change must be finite and >= 0");
   }
   if (o.confirmations < 1 || o.warmup < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -37,6 +38,9 @@ absl::Status ValidateRankSpeedOptions(const RankSpeedOptions& o) {
 RankSpeeds::RankSpeeds(int ranks, const RankSpeedOptions& options)
     : options_(options),
       level_(static_cast<size_t>(std::max(ranks, 0)), 0.0),
+      settled_(level_.size(), 0.0),
+      settled_n_(level_.size(), 0.0),
+      settled_f_(level_.size(), 0.0),
       var_(level_.size(), 0.0),
       published_(level_.size(), 1.0),
       count_(level_.size(), 0),
@@ -160,7 +164,7 @@ bool RankSpeeds::SetOverlaps(const std::vector<RankOverlap>& pairs) {
   std::vector<double> fastest(n, std::numeric_limits<double>::infinity());
   for (size_t k = 0; k < n; ++k) {
     if (!Warm(k)) continue;
-    const double effective = level_[k] * std::exp(x[k]);
+    const double effective = settled_[k] * std::exp(x[k]);
     const size_t g = find(k);
     if (effective < fastest[g]) {
       fastest[g] = effective;
@@ -211,6 +215,16 @@ bool RankSpeeds::may_be_faster(int rank) const {
   return !pending.empty() && pending.back() < level_[static_cast<size_t>(rank)];
 }
 
+void RankSpeeds::Settle(size_t r, double probe_s) {
+  // A running mean, then an EWMA: w = max(1/n, settle_smoothing). For
+  // independent probes its variance is the probes' times f, the sum of the
+  // weights squared: f' = (1 - w)^2 f + w^2 (1/n while it is a mean).
+  settled_n_[r] += 1;
+  const double w = std::max(1 / settled_n_[r], options_.settle_smoothing);
+  settled_[r] += w * (probe_s - settled_[r]);
+  settled_f_[r] = (1 - w) * (1 - w) * settled_f_[r] + w * w;
+}
+
 bool RankSpeeds::AddProbe(int rank, double probe_s) {
   if (rank < 0 || rank >= ranks() || !std::isfinite(probe_s) || probe_s <= 0) return false;
   const size_t r = static_cast<size_t>(rank);
@@ -222,6 +236,7 @@ bool RankSpeeds::AddProbe(int rank, double probe_s) {
     level_[r] += d / n;
     var_[r] += d * (probe_s - level_[r]);
     if (n == options_.warmup) var_[r] = n > 1 ? var_[r] / (n - 1) : 0;
+    Settle(r, probe_s);
   } else {
     const double gate =
         std::max(options_.min_change, options_.sigmas * RelativeNoise(r, PooledNoise())) *
@@ -232,7 +247,28 @@ bool RankSpeeds::AddProbe(int rank, double probe_s) {
       // Agrees with the level: smoothed in, and its spread is noise.
       var_[r] = (1 - options_.noise_smoothing) * var_[r] + options_.noise_smoothing * d * d;
       level_[r] += options_.smoothing * d;
+      Settle(r, probe_s);
       pending.clear();
+      // A change the gate lets through (a rank slowed by less than its
+      // probes scatter) moves the level within a few probes and the settled
+      // level only slowly: once they part by more than publish_sigmas of
+      // their difference's spread, the settled level starts again at the
+      // level. For EWMAs of weights a and b over the same independent
+      // probes, Var(a-EWMA - b-EWMA) / sd^2 = a/(2-a) + b/(2-b) -
+      // 2ab/(a+b-ab).
+      const double a = options_.smoothing;
+      const double b = std::max(1 / settled_n_[r], options_.settle_smoothing);
+      const double fa = a / (2 - a);
+      if (a > b) {
+        const double apart =
+            std::sqrt(std::max(0.0, fa + b / (2 - b) - 2 * a * b / (a + b - a * b))) *
+            std::sqrt(var_[r]);
+        if (std::fabs(level_[r] - settled_[r]) > options_.publish_sigmas * apart) {
+          settled_[r] = level_[r];
+          settled_n_[r] = 1 / a;
+          settled_f_[r] = fa;
+        }
+      }
     } else {
       // A step, or an outlier: a new level only once `confirmations`
       // probes in a row agree on its side.
@@ -243,7 +279,14 @@ bool RankSpeeds::AddProbe(int rank, double probe_s) {
       if (static_cast<int>(pending.size()) >= options_.confirmations) {
         double sum = 0;
         for (double p : pending) sum += p;
+        const double old_level = level_[r];
         level_[r] = sum / static_cast<double>(pending.size());
+        // The spread is relative to the level: it scales with the step.
+        var_[r] *= (level_[r] / old_level) * (level_[r] / old_level);
+        // The settled level starts again from the step's probes.
+        settled_[r] = level_[r];
+        settled_n_[r] = static_cast<double>(pending.size());
+        settled_f_[r] = 1 / settled_n_[r];
         pending.clear();
       }
     }
@@ -253,36 +296,50 @@ bool RankSpeeds::AddProbe(int rank, double probe_s) {
 
 bool RankSpeeds::Publish() {
   // The reference "full speed": the lower quartile of the warmed-up ranks'
-  // levels. Not the smallest, which noise alone pulls down as ranks are
-  // added (every rank would look a little slow); not the median, which a
-  // pool of half fast, half slow cards would put among the slow ones. With
-  // two to four ranks it is the fastest.
+  // settled levels. Not the smallest, which noise alone pulls down as ranks
+  // are added (every rank would look a little slow); not the median, which
+  // a pool of half fast, half slow cards would put among the slow ones.
+  // With two to four ranks it is the fastest.
   // Levels as the layers run them: the probe's, corrected by the overlaps.
   std::vector<double> effective(level_.size());
+  std::vector<size_t> warm;
   for (size_t k = 0; k < level_.size(); ++k) {
-    effective[k] = level_[k] * std::exp(correction_[k]);
-  }
-  std::vector<double> warm;
-  for (size_t k = 0; k < level_.size(); ++k) {
-    if (Warm(k)) warm.push_back(effective[k]);
+    effective[k] = settled_[k] * std::exp(correction_[k]);
+    if (Warm(k)) warm.push_back(k);
   }
   if (warm.empty()) return false;
   const size_t q = (warm.size() - 1) / 4;
-  std::nth_element(warm.begin(), warm.begin() + static_cast<std::ptrdiff_t>(q), warm.end());
-  const double ref = warm[q];
-  // The ratio's noise is taken as two probes' (not two smoothed levels',
-  // which are steadier): conservative, since the reference is the smallest
-  // of several noisy levels. The pool is taken once: O(ranks) a probe.
+  std::nth_element(warm.begin(), warm.begin() + static_cast<std::ptrdiff_t>(q), warm.end(),
+                   [&effective](size_t a, size_t b) {
+                     return effective[a] < effective[b] || (effective[a] == effective[b] && a < b);
+                   });
+  const size_t ref = warm[q];
+  // The ratio's relative variance is the two settled levels' (each the
+  // probes' relative spread squared times its weights' f) plus the
+  // correction's. The pairs' spread understates how far a fitted
+  // correction strays on equal ranks (6.5% at a claimed 1% was seen), so a
+  // rank the layers correct keeps at least the bar the probes alone had:
+  // `sigmas` standard deviations of two single probes. The pool is taken
+  // once: O(ranks) a probe.
   const double pooled = PooledNoise();
+  const double ref_rel = RelativeNoise(ref, pooled);
+  const double ref_var = ref_rel * ref_rel * settled_f_[ref];
   bool changed = false;
-  for (size_t k = 0; k < level_.size(); ++k) {
-    if (!Warm(k)) continue;
-    const double raw = std::min(1.0, ref / effective[k]);
+  for (size_t k : warm) {
+    const double raw = std::min(1.0, effective[ref] / effective[k]);
     const double rel = RelativeNoise(k, pooled);
-    const double sd =
-        raw * std::sqrt(2 * rel * rel + correction_sd_[k] * correction_sd_[k]);
+    double corr_var = correction_sd_[k] * correction_sd_[k];
+    if (std::fabs(correction_[k]) > 1e-6 && options_.publish_sigmas > 0) {
+      const double bar = options_.sigmas / options_.publish_sigmas;
+      corr_var = std::max(corr_var, 2 * rel * rel * bar * bar);
+    }
+    const double var = rel * rel * settled_f_[k] + (k == ref ? 0.0 : ref_var) + corr_var;
+    // Calling a full-speed rank slow takes publish_sigmas; a rank already
+    // called slow moves on (nearer its settled level, or back to full
+    // speed) at `sigmas`: its first value came from few probes.
     const double gap = std::fabs(raw - published_[k]);
-    if (gap > options_.min_change * published_[k] && gap > options_.sigmas * sd) {
+    const double bar = published_[k] == 1.0 ? options_.publish_sigmas : options_.sigmas;
+    if (gap > options_.min_change * published_[k] && gap > bar * raw * std::sqrt(var)) {
       published_[k] = raw;
       changed = true;
     }

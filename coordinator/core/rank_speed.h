@@ -16,12 +16,24 @@
 // a step or an outlier: `confirmations` such probes in a row on the same side
 // make their mean the new level at once (a throttle that starts or ends),
 // while a lone outlier changes nothing and a step never inflates the spread.
-// The published speed of rank r is the reference level (the lower quartile
-// of the ranks' levels: the fastest with up to four ranks) over r's, at most
-// 1; it
-// moves only by more than min_change and `sigmas` standard deviations of
-// the levels' ratio, so noise on equal ranks never moves a speed (no
-// flip-flop). Ranks that have not finished their warm-up run at speed 1.
+// Beside that level, which follows a step within a few probes, each rank
+// keeps a settled level: the mean of the probes the level took in since its
+// last step (a running mean, then an EWMA of weight `settle_smoothing`),
+// with its standard error (the probes' spread times the square root of the
+// sum of its weights squared). A step restarts it at the confirming probes'
+// mean, as uncertain as their number says; so does a level that parts from
+// it by more than publish_sigmas (a change smaller than the gate's).
+//
+// The published speed of rank r is the reference's settled level (the
+// lower quartile of the ranks' settled levels: the fastest with up to four
+// ranks) over r's, at most 1. It leaves 1 only by more than min_change and
+// `publish_sigmas` standard errors of that ratio, so noise on equal ranks
+// does not move a speed (no flip-flop); once below 1 it moves by more than
+// min_change and `sigmas` of them (nearer the settled level as probes add
+// up, or back). A rank slowed by less than one probe's spread (0.7, probes
+// scattering 15%) is so published within some ten probes, where a gate on
+// two single probes' spread never published it. Ranks that have not
+// finished their warm-up run at speed 1.
 //
 // Where ranks timed the same layers (layer_overlap.h: data-parallel
 // replicas, a layer before and after a migration), the layers correct the
@@ -55,10 +67,13 @@ struct RankSpeedOptions {
   double min_change = 0.05;      // ... and this much of the speed
   int confirmations = 3;         // probes in a row that agree
   int warmup = 5;                // probes of a rank before it has a speed
+  double settle_smoothing = 0.05;  // EWMA floor of the settled level, (0, 1]
+  double publish_sigmas = 5.0;    // standard errors a published speed moves by
   LayerOverlapOptions overlap;   // the layers' own evidence
 };
 
-// OK for weights in (0, 1], sigmas and min_change finite and >= 0,
+// OK for weights in (0, 1], sigmas, publish_sigmas and min_change finite
+// and >= 0,
 // confirmations and warmup >= 1.
 absl::Status ValidateRankSpeedOptions(const RankSpeedOptions& options);
 
@@ -104,11 +119,16 @@ class RankSpeeds {
   double PooledNoise() const;
   // The spread of rank r's probes relative to its level (at least `pooled`).
   double RelativeNoise(size_t r, double pooled) const;
+  // Folds a probe the level took in into rank r's settled level.
+  void Settle(size_t r, double probe_s);
   // Moves the published speeds the levels now call for; true if any moved.
   bool Publish();
 
   RankSpeedOptions options_;
   std::vector<double> level_;      // probe seconds each rank runs at
+  std::vector<double> settled_;    // mean probe seconds since the last step
+  std::vector<double> settled_n_;  // probes in it (its weight floors it)
+  std::vector<double> settled_f_;  // sum of its weights squared: se^2 / sd^2
   std::vector<double> var_;        // spread of the probes around the level
   std::vector<double> published_;  // what decisions use
   std::vector<int> count_;         // probes so far
