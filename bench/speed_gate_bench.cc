@@ -19,28 +19,26 @@
 #include <vector>
 
 #include "coordinator/core/rank_speed.h"
+#include "tests/core/seeded_noise.h"
 
 namespace {
 
+using dynmo::core::Lcg;
 using dynmo::core::RankSpeedOptions;
 using dynmo::core::RankSpeeds;
 
 class Noise {
  public:
-  Noise(uint64_t seed, double sd, bool stalls) : x_(seed), sd_(sd), stalls_(stalls) {}
+  Noise(uint64_t seed, double sd, bool stalls) : rng_(seed), sd_(sd), stalls_(stalls) {}
   // A probe of `base` seconds as the rank would time it.
   double Probe(double base) {
-    double t = base * (1 + sd_ * 1.7320508 * Uniform());  // uniform, sd `sd_`
-    if (stalls_ && Uniform() > 0.96) t *= 2 + 0.5 * Uniform();
+    double t = base * (1 + sd_ * 1.7320508 * rng_.Next());  // uniform, sd `sd_`
+    if (stalls_ && rng_.Next() > 0.96) t *= 2 + 0.5 * rng_.Next();
     return t;
   }
 
  private:
-  double Uniform() {  // [-1, 1)
-    x_ = x_ * 6364136223846793005ULL + 1442695040888963407ULL;
-    return static_cast<double>(x_ >> 11) / static_cast<double>(1ULL << 52) - 1.0;
-  }
-  uint64_t x_;
+  Lcg rng_;  // the core tests' seeded generator, uniform in [-1, 1)
   double sd_;
   bool stalls_;
 };

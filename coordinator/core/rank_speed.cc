@@ -330,8 +330,8 @@ bool RankSpeeds::Publish() {
     const double rel = RelativeNoise(k, pooled);
     double corr_var = correction_sd_[k] * correction_sd_[k];
     if (std::fabs(correction_[k]) > 1e-6 && options_.publish_sigmas > 0) {
-      const double bar = options_.sigmas / options_.publish_sigmas;
-      corr_var = std::max(corr_var, 2 * rel * rel * bar * bar);
+      const double scale = options_.sigmas / options_.publish_sigmas;
+      corr_var = std::max(corr_var, 2 * rel * rel * scale * scale);
     }
     const double var = rel * rel * settled_f_[k] + (k == ref ? 0.0 : ref_var) + corr_var;
     // Calling a full-speed rank slow takes publish_sigmas; a rank already
