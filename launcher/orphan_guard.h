@@ -4,7 +4,8 @@
 // each rank down with the launcher; the guard is what also takes down the
 // ranks' own children (a shell's `sleep`, a data-loader worker), which the
 // death signal does not reach. The launcher tells the guard each process
-// group as it starts it and disarms the guard once it has reaped every rank
+// group as it starts it (each rank registers itself between fork and exec,
+// see registration_fd()) and disarms the guard once it has reaped every rank
 // and killed what was left of their groups.
 //
 // Start() forks, so call it before any thread starts. The guard sits in its
@@ -38,6 +39,12 @@ class OrphanGuard {
   // Tells the guard the launcher has cleaned up after itself; the guard
   // exits killing nothing and is reaped. Idempotent.
   void Disarm();
+
+  // The pipe Guard() writes to, for a forked child to register its own
+  // process group (its pid as an int32, one write) before it execs: then
+  // the group is guarded before the program can start a child of its own,
+  // whenever the launcher dies. Close-on-exec; -1 once disarmed.
+  int registration_fd() const { return fd_; }
 
   pid_t pid() const { return pid_; }
 

@@ -8,6 +8,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdint>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
@@ -28,10 +30,18 @@ void CloseBoth(int fds[2]) {
 
 // In the forked child: only async-signal-safe calls from here to exec.
 [[noreturn]] void ExecRank(pid_t launcher, int devnull, int out, int err,
-                           int exec_error, char** argv, char** envp) {
+                           int exec_error, int guard_fd, char** argv,
+                           char** envp) {
   setpgid(0, 0);
   if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != launcher) {
     _exit(127);  // the launcher is already gone: do not run unsupervised
+  }
+  if (guard_fd >= 0) {
+    // From here a kill of the launcher takes down the whole group: the
+    // guard has it before the program runs. A 4-byte pipe write is atomic.
+    const int32_t group = getpid();
+    while (write(guard_fd, &group, sizeof(group)) < 0 && errno == EINTR) {
+    }
   }
   if (dup2(devnull, STDIN_FILENO) < 0 || dup2(out, STDOUT_FILENO) < 0 ||
       dup2(err, STDERR_FILENO) < 0) {
@@ -55,7 +65,8 @@ void CloseBoth(int fds[2]) {
 
 absl::StatusOr<RankProcess> SpawnRank(int rank,
                                       const std::vector<std::string>& argv,
-                                      const std::vector<std::string>& env) {
+                                      const std::vector<std::string>& env,
+                                      int guard_fd) {
   if (argv.empty()) return absl::InvalidArgumentError("no program to run");
   // Everything the child touches is built before fork.
   std::vector<char*> args = CStrings(argv);
@@ -74,8 +85,8 @@ absl::StatusOr<RankProcess> SpawnRank(int rank,
   const pid_t launcher = getpid();
   const pid_t pid = fork();
   if (pid == 0) {
-    ExecRank(launcher, devnull, out[1], err[1], exec_error[1], args.data(),
-             envp.data());
+    ExecRank(launcher, devnull, out[1], err[1], exec_error[1], guard_fd,
+             args.data(), envp.data());
   }
   const int fork_errno = errno;
   close(devnull);

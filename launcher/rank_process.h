@@ -29,10 +29,14 @@ struct RankProcess {
 
 // Returns the started rank running argv[0] (searched in PATH) with the
 // environment `env` ("KEY=VALUE" entries). Returns an error, having reaped
-// the child, when the program cannot be executed.
+// the child, when the program cannot be executed. With `guard_fd` >= 0 (an
+// OrphanGuard's registration_fd()), the child writes its process group id
+// there before it execs, so no kill of the launcher can fall between the
+// rank starting a child and its group being guarded.
 absl::StatusOr<RankProcess> SpawnRank(int rank,
                                       const std::vector<std::string>& argv,
-                                      const std::vector<std::string>& env);
+                                      const std::vector<std::string>& env,
+                                      int guard_fd = -1);
 
 // Returns how a process ended, from a waitpid status: "exited with status
 // 3", "killed by signal 9 (SIGKILL)".

@@ -51,14 +51,15 @@ RankSupervisor::~RankSupervisor() {
 absl::Status RankSupervisor::Start(int rank,
                                    const std::vector<std::string>& argv,
                                    const std::vector<std::string>& env) {
-  absl::StatusOr<RankProcess> p = SpawnRank(rank, argv, env);
+  absl::StatusOr<RankProcess> p = SpawnRank(
+      rank, argv, env,
+      options_.guard != nullptr ? options_.guard->registration_fd() : -1);
   if (!p.ok()) {
     unstartable_rank_ = rank;
     start_error_ = std::string(p.status().message());
     BeginStop(SIGTERM);
     return p.status();
   }
-  if (options_.guard != nullptr) options_.guard->Guard(p->pid);
   const std::string prefix = absl::StrCat("[rank ", rank, "] ");
   ranks_.push_back(Rank{rank, p->pid, {p->stdout_fd, p->stderr_fd},
                         {LinePrefixer(prefix), LinePrefixer(prefix)}});

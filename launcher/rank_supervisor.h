@@ -38,7 +38,7 @@ struct SupervisorOptions {
   absl::Duration stop_grace = absl::Seconds(5);  // SIGTERM, then SIGKILL
   int stdout_fd = 1;
   int stderr_fd = 2;
-  OrphanGuard* guard = nullptr;  // told each rank's process group if set
+  OrphanGuard* guard = nullptr;  // each rank registers its group if set
   // Asked about every `watch_every` while the job runs, with each running
   // rank and its pid: a verdict (stuck_rank.h) stops the job like a failed
   // rank (exit 1, its line as the summary). Unset: no watching.
