@@ -71,9 +71,12 @@ struct JobReplayConfig {
   // Ranks slower than the rest, and when (none: every rank at speed 1). A
   // slow rank measures its layers and its speed probe 1/speed times as long.
   std::vector<SpeedChange> stragglers;
-  // Iterations between the simulated ranks' speed probes (0: never), as
-  // dynmo-train's --speed_probe_every; a probe takes probe_s at speed 1.
+  // When the simulated ranks probe their speed, as dynmo-train's ranks do
+  // (core::ProbeCadence): every probe_every iterations while watched (their
+  // first probes, a move in their layers' time), every probe_steady_every
+  // otherwise (0: never). A probe takes probe_s at speed 1.
   int probe_every = 5;
+  int probe_steady_every = 25;
   double probe_s = 0.001;
   // Also price every record on its own optimum over the starting pp x dp
   // grid at the ranks' true speeds, moved for free: re-partitioning's

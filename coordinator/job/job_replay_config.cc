@@ -47,6 +47,11 @@ absl::Status ValidateJobReplayConfig(const JobReplayConfig& c) {
   if (c.probe_every < 0 || !std::isfinite(c.probe_s) || c.probe_s <= 0) {
     return absl::InvalidArgumentError("probe_every must be >= 0 and probe_s > 0");
   }
+  if (c.probe_every > 0 && c.probe_steady_every < c.probe_every) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "probe_steady_every must be >= probe_every (", c.probe_every, "), got ",
+        c.probe_steady_every));
+  }
   if (c.bytes_per_param < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("bytes per parameter must be >= 0, got ", c.bytes_per_param));

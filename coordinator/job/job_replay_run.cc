@@ -144,7 +144,11 @@ absl::StatusOr<JobReplayResult> Replay::Run() {
   std::vector<dynmo::v1::RegisterResponse> responses;
   if (absl::Status s = target_->Register(registrations, &responses); !s.ok()) return s;
   ranks_.resize(static_cast<size_t>(n));
+  core::ProbeCadenceOptions cadence;
+  cadence.every = config_.probe_every;
+  cadence.steady_every = config_.probe_every > 0 ? config_.probe_steady_every : 0;
   for (int r = 0; r < n; ++r) {
+    ranks_[r].cadence = core::ProbeCadence(cadence);
     ranks_[r].pipeline_rank = r / config_.dp;
     ranks_[r].replica = r % config_.dp;
     if (absl::Status s = target_->Attach(r, responses[r].session_key(), ranks_[r].inbox);
@@ -218,7 +222,7 @@ absl::StatusOr<JobReplayResult> Replay::Run() {
     std::vector<dynmo::v1::IterationReport> reports;
     std::vector<int> from;
     for (size_t r = 0; r < ranks_.size(); ++r) {
-      const SimRank& rank = ranks_[r];
+      SimRank& rank = ranks_[r];
       if (rank.released) continue;
       const auto at = std::find(grid_.active_stages.begin(), grid_.active_stages.end(),
                                 rank.pipeline_rank);
@@ -229,7 +233,16 @@ absl::StatusOr<JobReplayResult> Replay::Run() {
       dynmo::v1::IterationReport report;
       report.set_iteration(iter);
       report.set_applied_epoch(rank.applied_epoch);
-      if (config_.probe_every > 0 && iter % config_.probe_every == 0) {
+      const int first = grid_.boundaries[stage], end = grid_.boundaries[stage + 1];
+      double layer_s = 0;
+      for (int l = first; l < end; ++l) {
+        const core::TraceLayer& t = record.layers[static_cast<size_t>(l)];
+        layer_s += (t.fwd_s + t.bwd_s) * slow;
+      }
+      const bool moved = rank.first_layer >= 0 && (first != rank.first_layer || end != rank.end_layer);
+      rank.first_layer = first;
+      rank.end_layer = end;
+      if (rank.cadence.ShouldProbe(iter, layer_s, moved)) {
         report.set_probe_s(config_.probe_s * slow);
       }
       report.set_model_changed(changed);

@@ -18,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "coordinator/core/pipeline_sim.h"
+#include "coordinator/core/probe_cadence.h"
 #include "coordinator/core/reshape.h"
 #include "coordinator/job/job_replay.h"
 
@@ -54,6 +55,10 @@ struct SimRank {
   std::optional<dynmo::v1::Plan> held;
   bool committed = false;
   std::shared_ptr<Inbox> inbox = std::make_shared<Inbox>();
+  // When it probes, as dynmo-train's ranks do; and the layers it held when
+  // it last reported (a change restarts the cadence's pace).
+  core::ProbeCadence cadence;
+  int first_layer = -1, end_layer = -1;
 };
 
 // The grid the ranks run.

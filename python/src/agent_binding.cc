@@ -14,6 +14,7 @@
 #include "agent/agent.h"
 #include "agent/agent_config.h"
 #include "agent/operator_client.h"
+#include "coordinator/core/probe_cadence.h"
 #include "pybind11/stl.h"
 #include "python/src/status_error.h"
 #include "wire/plan_codec.h"
@@ -191,6 +192,35 @@ agent::ChannelOptions Channel(const std::string& tls_ca, const std::string& tls_
 }  // namespace
 
 void BindAgent(py::module_& m) {
+  py::class_<core::ProbeCadence>(
+      m, "ProbeCadence",
+      "core::ProbeCadence: when a rank runs the speed probe (watched: every "
+      "`every` iterations; steady: every `steady_every`).")
+      .def(py::init([](int every, int steady_every, int watch_probes, double min_change,
+                       double sigmas, int confirmations, double smoothing) {
+             core::ProbeCadenceOptions o;
+             o.every = every;
+             o.steady_every = steady_every;
+             o.watch_probes = watch_probes;
+             o.min_change = min_change;
+             o.sigmas = sigmas;
+             o.confirmations = confirmations;
+             o.smoothing = smoothing;
+             ThrowIfError(core::ValidateProbeCadenceOptions(o));
+             return core::ProbeCadence(o);
+           }),
+           py::arg("every") = core::ProbeCadenceOptions{}.every,
+           py::arg("steady_every") = core::ProbeCadenceOptions{}.steady_every,
+           py::arg("watch_probes") = core::ProbeCadenceOptions{}.watch_probes,
+           py::arg("min_change") = core::ProbeCadenceOptions{}.min_change,
+           py::arg("sigmas") = core::ProbeCadenceOptions{}.sigmas,
+           py::arg("confirmations") = core::ProbeCadenceOptions{}.confirmations,
+           py::arg("smoothing") = core::ProbeCadenceOptions{}.smoothing)
+      .def("should_probe", &core::ProbeCadence::ShouldProbe, py::arg("iteration"),
+           py::arg("layer_seconds"), py::arg("layers_changed"),
+           "Called once per iteration, in order: whether to run the probe now.")
+      .def_property_readonly("watching", &core::ProbeCadence::watching);
+
   py::class_<AgentConfig>(m, "AgentConfig",
                           "agent::AgentConfig: what configures one rank's agent.")
       .def(py::init<>())

@@ -217,3 +217,23 @@ def test_the_embedded_coordinators_log_is_kept_where_asked(tmp_path, bin_dir, mo
     monkeypatch.setenv("DYNMO_COORDINATOR_LOG", str(tmp_path / "no" / "such" / "dir.log"))
     with pytest.raises(ValueError, match="dynmo-coordinator log .*dir.log: No such file"):
         dynmo.LocalCoordinator(binary=os.path.join(bin_dir, "dynmo-coordinator"))
+
+
+def test_the_probe_cadence_both_trainers_share():
+    from dynmo import _core
+    c = _core.ProbeCadence(every=5, steady_every=25, watch_probes=4)
+    steady = [i for i in range(100) if c.should_probe(i, 0.5, False)]
+    assert steady == [0, 5, 10, 15, 40, 65, 90]
+    assert not c.watching
+    # The rank slows to half speed at 103: probed at once, then watched.
+    throttled = [i for i in range(100, 160)
+                 if c.should_probe(i, 0.5 if i < 103 else 1.0, False)]
+    assert throttled == [104, 109, 114, 119, 144]
+    # A plan that gives the rank more layers starts no watch.
+    moved = [i for i in range(160, 200) if c.should_probe(i, 2.0, i == 160)]
+    assert moved == [169, 194]
+    assert _core.ProbeCadence(every=0, steady_every=0).should_probe(0, 1.0, False) is False
+    with pytest.raises(ValueError, match="steady_every must be >= every"):
+        _core.ProbeCadence(every=5, steady_every=2)
+    with pytest.raises(ValueError, match="smoothing must be in"):
+        _core.ProbeCadence(smoothing=0)

@@ -147,8 +147,11 @@ struct TrainerConfig {
   // always times with events.
   std::string layer_clock = "wall";
   // Iterations between speed probes (stage/speed_probe.h), whose times tell
-  // the coordinator each rank's speed; 0 = never.
+  // the coordinator each rank's speed, while the rank is watched (its first
+  // probes, a move in its layers' time: core::ProbeCadence), and otherwise;
+  // 0 = never.
   int speed_probe_every = 5;
+  int speed_probe_steady_every = 25;
 };
 
 // True for "cuda:N" (N a device index).

@@ -25,8 +25,12 @@ ABSL_FLAG(std::string, layer_clock, "wall",
           "what per-layer times measure on cpu: wall (steady clock) or cpu (CPU time "
           "of the computing thread; robust when ranks share cores)");
 ABSL_FLAG(int, speed_probe_every, 5,
-          "iterations between speed probes: a fixed kernel timed like the layers, "
-          "which tells the coordinator a slow rank from a heavy layer (0: never)");
+          "iterations between speed probes while the rank is watched (its first "
+          "probes, and when its layers' time moves): a fixed kernel timed like the "
+          "layers, which tells the coordinator a slow rank from a heavy layer (0: never)");
+ABSL_FLAG(int, speed_probe_steady_every, 25,
+          "iterations between speed probes while the rank's pace holds steady "
+          "(>= --speed_probe_every)");
 ABSL_FLAG(int, timeout_s, 300, "rendezvous and communication timeout, seconds");
 ABSL_FLAG(std::string, save_dir, "",
           "write per-layer checkpoints under DIR/iter_<k>/ (layer_<id>.state + manifest.json)");
@@ -59,6 +63,7 @@ absl::Status ReadRuntimeFlags(TrainerConfig& c) {
   c.device = absl::GetFlag(FLAGS_device);
   c.layer_clock = absl::GetFlag(FLAGS_layer_clock);
   c.speed_probe_every = absl::GetFlag(FLAGS_speed_probe_every);
+  c.speed_probe_steady_every = absl::GetFlag(FLAGS_speed_probe_steady_every);
   c.perfetto_out = absl::GetFlag(FLAGS_perfetto_out);
   c.perfetto_first = absl::GetFlag(FLAGS_perfetto_first);
   c.perfetto_iterations = absl::GetFlag(FLAGS_perfetto_iterations);
@@ -77,6 +82,11 @@ absl::Status ReadRuntimeFlags(TrainerConfig& c) {
   if (c.speed_probe_every < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--speed_probe_every must be >= 0 (0: never), got ", c.speed_probe_every));
+  }
+  if (c.speed_probe_every > 0 && c.speed_probe_steady_every < c.speed_probe_every) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--speed_probe_steady_every must be >= --speed_probe_every (", c.speed_probe_every,
+        "), got ", c.speed_probe_steady_every));
   }
   c.save_dir = absl::GetFlag(FLAGS_save_dir);
   c.save_every = absl::GetFlag(FLAGS_save_every);

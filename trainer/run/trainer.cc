@@ -17,6 +17,7 @@
 #include "agent/client_credentials.h"
 #include "agent/operator_client.h"
 #include "coordinator/core/migration.h"
+#include "coordinator/core/probe_cadence.h"
 #include <time.h>
 
 #include "trainer/comm/device.h"
@@ -313,6 +314,10 @@ absl::Status RunTraining(const TrainerConfig& requested, const DistEnv& env,
   SpeedProbe probe(*device, config.layer_clock == "wall"  ? -1
                             : config.intra_op_threads == 1 ? CLOCK_THREAD_CPUTIME_ID
                                                            : CLOCK_PROCESS_CPUTIME_ID);
+  core::ProbeCadenceOptions cadence;
+  cadence.every = config.speed_probe_every;
+  cadence.steady_every = config.speed_probe_every > 0 ? config.speed_probe_steady_every : 0;
+  core::ProbeCadence probe_cadence(cadence);
   if (resume) {
     absl::StatusOr<std::vector<OwnedLayer>> loaded = LoadStageLayers(
         resume->dir, config, stage.first_layer(),
@@ -376,6 +381,7 @@ absl::Status RunTraining(const TrainerConfig& requested, const DistEnv& env,
   // (migrating layers, re-packing), then train one iteration and report it.
   for (int64_t iter = first_iter; iter < config.steps; ++iter) {
     const auto start = std::chrono::steady_clock::now();
+    bool layout_changed = false;  // restarts the probe cadence's pace
     for (const std::unique_ptr<PlanSource>& source : sources) {
       absl::StatusOr<std::optional<LayoutChange>> due =
           source->Due(iter, layout, **transport);
@@ -394,6 +400,7 @@ absl::Status RunTraining(const TrainerConfig& requested, const DistEnv& env,
         layout = change.reshape->to;
         *boundaries = layout.boundaries;
         epoch = change.epoch ? static_cast<int64_t>(*change.epoch) : epoch + 1;
+        layout_changed = true;
         continue;
       }
       if (absl::Status s = ApplyLayoutStep(change.step, change.moves, stage, &*transport);
@@ -408,6 +415,7 @@ absl::Status RunTraining(const TrainerConfig& requested, const DistEnv& env,
                           absl::StrCat("boundaries ", absl::StrJoin(change.step.to.boundaries, ",")));
       }
       layout = change.step.to;
+      layout_changed = true;
       *boundaries = layout.boundaries;
       epoch = change.epoch ? static_cast<int64_t>(*change.epoch) : epoch + 1;
       if (*transport == nullptr) {
@@ -423,9 +431,14 @@ absl::Status RunTraining(const TrainerConfig& requested, const DistEnv& env,
     if (timeline && iter + 1 >= config.perfetto_first + config.perfetto_iterations) {
       if (absl::Status s = write_timeline(); !s.ok()) return s;
     }
-    // The speed probe, timed like the layers, every few iterations.
+    // The speed probe, timed like the layers: every few iterations while the
+    // rank is watched (its start, a move in its layers' time), seldom
+    // otherwise.
+    double layer_s = 0;
+    for (double t : stats.forward_s) layer_s += t;
+    for (double t : stats.backward_s) layer_s += t;
     const double probe_s =
-        config.speed_probe_every > 0 && iter % config.speed_probe_every == 0 ? probe.Run() : 0;
+        probe_cadence.ShouldProbe(iter, layer_s, layout_changed) ? probe.Run() : 0;
     if (absl::Status s = reporter.Gather(iter, stage, stats, stage.TakeModelChanged(),
                                          active_pp, **transport, link.agent.get(), probe_s);
         !s.ok()) {

@@ -43,6 +43,7 @@ from torch import nn
 from torch.distributed.pipelining import PipelineStage
 from torch.distributed.pipelining.schedules import PipelineScheduleSingle
 
+from dynmo import _core
 from dynmo.pipelining.cost_meter import CostMeter
 from dynmo.pipelining.job_link import JobLink
 from dynmo.pipelining.layer_transfer import recv_layer, send_layer
@@ -73,7 +74,10 @@ class DynamicPipeline:
     "HOST:PORT"; ``policy`` the job's policy keywords for ``dynmo.set_policy``
     (trigger, balancer, repack). ``planned_iterations``: the steps the run
     trains in all (0: unknown), so the coordinator pays for no move the run
-    ends before repaying.
+    ends before repaying. ``speed_probe_every``: iterations between speed
+    probes while the rank is watched (its first probes, and whenever the
+    time its layers take moves); ``speed_probe_steady_every`` otherwise
+    (``dynmo._core.ProbeCadence``; 0: never probe).
     """
 
     def __init__(self, model: nn.Module, *, schedule: str, n_microbatches: int,
@@ -89,7 +93,8 @@ class DynamicPipeline:
                  first: Sequence[str] = ("tok_embeddings",),
                  last: Sequence[str] = ("norm", "output"),
                  measure_activations: bool = True, timing: bool = True,
-                 speed_probe_every: int = 5, planned_iterations: int = 0) -> None:
+                 speed_probe_every: int = 5, speed_probe_steady_every: int = 25,
+                 planned_iterations: int = 0) -> None:
         if not dist.is_initialized():
             raise RuntimeError("dynmo.pipelining: call torch.distributed.init_process_group "
                                "first")
@@ -123,7 +128,15 @@ class DynamicPipeline:
         if speed_probe_every < 0:
             raise ValueError(f"dynmo.pipelining: speed_probe_every must be >= 0 (0: never), "
                              f"got {speed_probe_every}")
+        if speed_probe_every > 0 and speed_probe_steady_every < speed_probe_every:
+            raise ValueError(f"dynmo.pipelining: speed_probe_steady_every must be >= "
+                             f"speed_probe_every ({speed_probe_every}), got "
+                             f"{speed_probe_steady_every}")
         self.speed_probe_every = speed_probe_every
+        self._probe_cadence = _core.ProbeCadence(
+            every=speed_probe_every,
+            steady_every=speed_probe_steady_every if speed_probe_every > 0 else 0)
+        self._probed_layers: Optional[frozenset] = None  # the held layers last time
         if planned_iterations < 0:
             raise ValueError(f"dynmo.pipelining: planned_iterations must be >= 0 (0: unknown), "
                              f"got {planned_iterations}")
@@ -244,9 +257,14 @@ class DynamicPipeline:
         if self._link is None or self.released:
             return
         # Every few iterations the speed probe, timed like the layers: the
-        # coordinator tells a slow rank from heavy layers by it.
+        # coordinator tells a slow rank from heavy layers by it. Often while
+        # the rank is watched (its start, a move in its layers' time), seldom
+        # otherwise (ProbeCadence).
+        held = frozenset(self.parts.held)
+        changed = self._probed_layers is not None and held != self._probed_layers
+        self._probed_layers = held
         probe_s = (speed_probe(self.device)
-                   if self.speed_probe_every > 0 and iteration % self.speed_probe_every == 0
+                   if self._probe_cadence.should_probe(iteration, layers_s, changed)
                    else 0.0)
         # On a GPU: the reserved peak since the last report plus this rank's
         # share of the context and NCCL, and its share of the device (once
