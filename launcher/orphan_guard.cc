@@ -75,10 +75,9 @@ absl::StatusOr<std::unique_ptr<OrphanGuard>> OrphanGuard::Start() {
 
 OrphanGuard::~OrphanGuard() { Disarm(); }
 
-void OrphanGuard::Guard(pid_t process_group) {
-  if (fd_ < 0) return;
-  const int32_t value = process_group;
-  while (write(fd_, &value, sizeof(value)) < 0 && errno == EINTR) {
+void OrphanGuard::RegisterSelf(int registration_fd) {
+  const int32_t value = getpid();
+  while (write(registration_fd, &value, sizeof(value)) < 0 && errno == EINTR) {
   }
 }
 

@@ -3,9 +3,8 @@
 // no handler in the launcher could catch. PR_SET_PDEATHSIG already takes
 // each rank down with the launcher; the guard is what also takes down the
 // ranks' own children (a shell's `sleep`, a data-loader worker), which the
-// death signal does not reach. The launcher tells the guard each process
-// group as it starts it (each rank registers itself between fork and exec,
-// see registration_fd()) and disarms the guard once it has reaped every rank
+// death signal does not reach. Each rank registers its own process group
+// between fork and exec (RegisterSelf) and the launcher disarms the guard once it has reaped every rank
 // and killed what was left of their groups.
 //
 // Start() forks, so call it before any thread starts. The guard sits in its
@@ -33,18 +32,19 @@ class OrphanGuard {
   OrphanGuard(const OrphanGuard&) = delete;
   OrphanGuard& operator=(const OrphanGuard&) = delete;
 
-  // Adds a process group to kill should the launcher die.
-  void Guard(pid_t process_group);
-
   // Tells the guard the launcher has cleaned up after itself; the guard
   // exits killing nothing and is reaped. Idempotent.
   void Disarm();
 
-  // The pipe Guard() writes to, for a forked child to register its own
-  // process group (its pid as an int32, one write) before it execs: then
-  // the group is guarded before the program can start a child of its own,
-  // whenever the launcher dies. Close-on-exec; -1 once disarmed.
+  // The pipe a forked child registers its own process group on, with
+  // RegisterSelf, before it execs: then the group is guarded before the
+  // program can start a child of its own, whenever the launcher dies.
+  // Close-on-exec; -1 once disarmed.
   int registration_fd() const { return fd_; }
+
+  // In a forked child, before exec (async-signal-safe): adds the child's
+  // own process group (its pid) to those to kill should the launcher die.
+  static void RegisterSelf(int registration_fd);
 
   pid_t pid() const { return pid_; }
 

@@ -8,10 +8,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstdint>
-
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "launcher/orphan_guard.h"
 
 namespace dynmo::launcher {
 namespace {
@@ -36,13 +35,9 @@ void CloseBoth(int fds[2]) {
   if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != launcher) {
     _exit(127);  // the launcher is already gone: do not run unsupervised
   }
-  if (guard_fd >= 0) {
-    // From here a kill of the launcher takes down the whole group: the
-    // guard has it before the program runs. A 4-byte pipe write is atomic.
-    const int32_t group = getpid();
-    while (write(guard_fd, &group, sizeof(group)) < 0 && errno == EINTR) {
-    }
-  }
+  // From here a kill of the launcher takes down the whole group: the guard
+  // has it before the program runs.
+  if (guard_fd >= 0) OrphanGuard::RegisterSelf(guard_fd);
   if (dup2(devnull, STDIN_FILENO) < 0 || dup2(out, STDOUT_FILENO) < 0 ||
       dup2(err, STDERR_FILENO) < 0) {
     const int e = errno;

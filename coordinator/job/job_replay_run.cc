@@ -146,7 +146,7 @@ absl::StatusOr<JobReplayResult> Replay::Run() {
   ranks_.resize(static_cast<size_t>(n));
   core::ProbeCadenceOptions cadence;
   cadence.every = config_.probe_every;
-  cadence.steady_every = config_.probe_every > 0 ? config_.probe_steady_every : 0;
+  cadence.steady_every = config_.probe_steady_every;
   for (int r = 0; r < n; ++r) {
     ranks_[r].cadence = core::ProbeCadence(cadence);
     ranks_[r].pipeline_rank = r / config_.dp;
@@ -233,24 +233,15 @@ absl::StatusOr<JobReplayResult> Replay::Run() {
       dynmo::v1::IterationReport report;
       report.set_iteration(iter);
       report.set_applied_epoch(rank.applied_epoch);
-      const int first = grid_.boundaries[stage], end = grid_.boundaries[stage + 1];
-      double layer_s = 0;
-      for (int l = first; l < end; ++l) {
-        const core::TraceLayer& t = record.layers[static_cast<size_t>(l)];
-        layer_s += (t.fwd_s + t.bwd_s) * slow;
-      }
-      const bool moved = rank.first_layer >= 0 && (first != rank.first_layer || end != rank.end_layer);
-      rank.first_layer = first;
-      rank.end_layer = end;
-      if (rank.cadence.ShouldProbe(iter, layer_s, moved)) {
-        report.set_probe_s(config_.probe_s * slow);
-      }
       report.set_model_changed(changed);
       if (config_.stage_capacity_bytes >= 0) {
         report.set_stage_memory_capacity_bytes(config_.stage_capacity_bytes);
       }
-      for (int l = grid_.boundaries[stage]; l < grid_.boundaries[stage + 1]; ++l) {
+      const int first = grid_.boundaries[stage], end = grid_.boundaries[stage + 1];
+      double layer_s = 0;  // what the rank's layers took: the probe cadence's pace
+      for (int l = first; l < end; ++l) {
         const core::TraceLayer& t = record.layers[static_cast<size_t>(l)];
+        layer_s += (t.fwd_s + t.bwd_s) * slow;
         dynmo::v1::LayerSample* sample = report.add_layers();
         sample->set_layer(l);
         sample->set_fwd_s(t.fwd_s * slow);
@@ -258,6 +249,13 @@ absl::StatusOr<JobReplayResult> Replay::Run() {
         sample->set_wgrad_s(t.wgrad_s * slow);
         sample->set_resident_bytes(t.mem_bytes);
         sample->set_params(layers[static_cast<size_t>(l)].params);
+      }
+      const bool moved =
+          rank.first_layer >= 0 && (first != rank.first_layer || end != rank.end_layer);
+      rank.first_layer = first;
+      rank.end_layer = end;
+      if (rank.cadence.ShouldProbe(iter, layer_s, moved)) {
+        report.set_probe_s(config_.probe_s * slow);
       }
       reports.push_back(std::move(report));
       from.push_back(static_cast<int>(r));

@@ -316,7 +316,7 @@ absl::Status RunTraining(const TrainerConfig& requested, const DistEnv& env,
                                                            : CLOCK_PROCESS_CPUTIME_ID);
   core::ProbeCadenceOptions cadence;
   cadence.every = config.speed_probe_every;
-  cadence.steady_every = config.speed_probe_every > 0 ? config.speed_probe_steady_every : 0;
+  cadence.steady_every = config.speed_probe_steady_every;
   core::ProbeCadence probe_cadence(cadence);
   if (resume) {
     absl::StatusOr<std::vector<OwnedLayer>> loaded = LoadStageLayers(

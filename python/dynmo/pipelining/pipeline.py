@@ -133,9 +133,8 @@ class DynamicPipeline:
                              f"speed_probe_every ({speed_probe_every}), got "
                              f"{speed_probe_steady_every}")
         self.speed_probe_every = speed_probe_every
-        self._probe_cadence = _core.ProbeCadence(
-            every=speed_probe_every,
-            steady_every=speed_probe_steady_every if speed_probe_every > 0 else 0)
+        self._probe_cadence = _core.ProbeCadence(every=speed_probe_every,
+                                                 steady_every=speed_probe_steady_every)
         self._probed_layers: Optional[frozenset] = None  # the held layers last time
         if planned_iterations < 0:
             raise ValueError(f"dynmo.pipelining: planned_iterations must be >= 0 (0: unknown), "
