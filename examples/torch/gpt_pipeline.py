@@ -74,6 +74,9 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--tls_ca", default=None, help="PEM CA of a TLS coordinator")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda")
     p.add_argument("--log_json", default=None)
+    p.add_argument("--backend", default="auto",
+                   help="auto (nccl on cuda, gloo on cpu) | gloo | nccl | nccl-double "
+                        "(NCCL's completion semantics on CPU ranks: dynmo.nccl_double)")
     return p.parse_args(argv)
 
 
@@ -181,6 +184,18 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def init_distributed(backend: str, device: torch.device) -> None:
+    """``init_process_group`` from torchrun's environment with ``backend``:
+    "auto" is NCCL on a GPU and Gloo on the CPU; "nccl-double" registers
+    DynMo's NCCL completion double first (dynmo.nccl_double)."""
+    if backend == "auto":
+        backend = "nccl" if device.type == "cuda" else "gloo"
+    if backend == "nccl-double":
+        from dynmo import nccl_double
+        nccl_double.register()
+    dist.init_process_group(backend)
+
+
 def connect(args, config: GptConfig, boundaries: List[int], device):
     """(agent, local coordinator) for this rank; (None, None) for 'none'."""
     if args.coordinator == "none":
@@ -218,7 +233,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     device = resolve_device(args.device)
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    init_distributed(args.backend, device)
     rank, world = dist.get_rank(), dist.get_world_size()
     config = GptConfig(seq_len=args.seq_len, hidden=args.hidden, blocks=args.blocks,
                        seed=args.seed)

@@ -20,6 +20,14 @@ JSON object per iteration: iteration (and iter), loss, tokens_per_s,
 iteration_s, boundaries, epoch (the plan in force), moved_bytes and
 stage_times (per stage: its layers' measured forward + backward seconds),
 which ``scripts/dynmo-report`` reads.
+
+``--backend``: ``auto`` (NCCL on a GPU, Gloo on the CPU) or any
+``torch.distributed`` backend; ``nccl-double`` runs CPU ranks under NCCL's
+completion semantics (``dynmo.nccl_double``: a receive reads poison until
+its work is waited on), which is how CI proves the GPU path's ordering.
+A rank that dies or falls silent mid-migration ends every survivor with
+one line (``MigrationError``, within ``--migration_timeout_s``) and exit
+status 3.
 """
 from __future__ import annotations
 
@@ -37,9 +45,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import llama_model as lm  # noqa: E402
 from gpt_data import corpus, micro_batch  # noqa: E402
-from gpt_pipeline import resolve_device  # noqa: E402
+from gpt_pipeline import init_distributed, resolve_device  # noqa: E402
 from dynmo import plan_formats  # noqa: E402
-from dynmo.pipelining import DynamicPipeline  # noqa: E402  # DynMo
+from dynmo.pipelining import DynamicPipeline, MigrationError  # noqa: E402  # DynMo
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
@@ -77,6 +85,10 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                    help="static only: no per-layer timing hooks (the overhead A/B)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda")
     p.add_argument("--log_json", default=None)
+    p.add_argument("--backend", default="auto",
+                   help="auto (nccl on cuda, gloo on cpu) | gloo | nccl | nccl-double")
+    p.add_argument("--migration_timeout_s", type=float, default=60.0,
+                   help="bound on every wait of a migration (a dead peer: one line, exit 3)")
     args = p.parse_args(argv)
     if args.no_timing and args.coordinator != "none":
         p.error("--no_timing needs --coordinator none (DynMo decides from the timings)")
@@ -90,7 +102,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     device = resolve_device(args.device)
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    init_distributed(args.backend, device)
     rank, world = dist.get_rank(), dist.get_world_size()
     pp = args.pp or world // args.dp
     config = lm.LlamaConfig(dim=args.dim, n_layers=args.layers, n_heads=args.heads,
@@ -110,7 +122,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                 o, lambda k: min(1.0, (k + 1) / 10)),  # DynMo
             coordinator=None if args.coordinator == "none" else args.coordinator,  # DynMo
             job=args.job, policy={"trigger": args.trigger, "repack": args.repack},  # DynMo
-            timing=not args.no_timing, planned_iterations=args.steps)  # DynMo
+            timing=not args.no_timing, planned_iterations=args.steps,  # DynMo
+            migration_timeout_s=args.migration_timeout_s)  # DynMo
     except (TypeError, ValueError) as e:
         if rank == 0:
             print(f"llama_pipelining: {e}", file=sys.stderr)
@@ -119,6 +132,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     data = corpus()
     log = None
     rows = args.micro_batch * args.microbatches
+    status = 1  # until the loop ends normally
     try:
         for step in range(args.steps):
             start = time.perf_counter()
@@ -178,12 +192,19 @@ def main(argv: Optional[List[str]] = None) -> int:
                   f"Megatron pipeline_model_parallel_layout="
                   f"{plan_formats.to_megatron(b)!r}; DeepSpeed parts="
                   f"{plan_formats.to_deepspeed(b)}", flush=True)
+        status = 0
+    except MigrationError as e:  # DynMo: a peer died or fell silent mid-migration
+        print(f"llama_pipelining: rank {rank}: {e}", file=sys.stderr, flush=True)
+        status = 3
     finally:
         if log:
             log.close()
-        pipe.close()
-        dist.destroy_process_group()
-    return 0
+        # After an error the other ranks may never arrive: no barrier, no
+        # collective teardown (the process exits and its groups with it).
+        pipe.close(barrier=status == 0)
+        if status == 0:
+            dist.destroy_process_group()
+    return status
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ the test compares runs."""
 import json
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -37,6 +38,58 @@ def make_plan(epoch, old, new, stages=None, active=None, released=(), reshape=No
                 commit_with_prepare=False, reshape=reshape)
 
 
+class LaggingClock:
+    """A device clock for the CPU that completes marks as CUDA events do: a
+    mark taken in iteration k is done only once iteration k + 1 has begun
+    (the device runs behind the host). Reading an undone mark (seconds) or
+    waiting for one (wait: a host sync) is recorded as a violation."""
+
+    def __init__(self):
+        self.iteration = 0
+        self.violations = []
+
+    def mark(self):
+        return (self.iteration, time.perf_counter_ns())
+
+    def done(self, mark):
+        return mark[0] < self.iteration
+
+    def wait(self, mark):
+        self.violations.append(f"wait at iteration {self.iteration}")
+
+    def seconds(self, pairs):
+        if any(not self.done(b) for _, b in pairs):
+            self.violations.append(f"read of an undone mark at iteration {self.iteration}")
+        return [(b[1] - a[1]) * 1e-9 for a, b in pairs]
+
+
+class BlockingReads:
+    """Records every blocking read (item, tolist, cpu, numpy, a CUDA
+    synchronize) that DynMo's own code (python/dynmo) makes while on."""
+
+    METHODS = ("item", "tolist", "cpu", "numpy")
+
+    def __init__(self):
+        import dynmo
+        self.root = os.path.dirname(os.path.abspath(dynmo.__file__)) + os.sep
+        self.on = False
+        self.sites = []
+        for name in self.METHODS:
+            setattr(torch.Tensor, name, self._wrap(getattr(torch.Tensor, name), name))
+        torch.cuda.synchronize = self._wrap(torch.cuda.synchronize, "synchronize")
+
+    def _wrap(self, inner, name):
+        def call(*args, **kwargs):
+            if self.on:
+                caller = sys._getframe(1)
+                path = os.path.abspath(caller.f_code.co_filename)
+                if path.startswith(self.root):
+                    rel = os.path.relpath(path, os.path.dirname(self.root.rstrip(os.sep)))
+                    self.sites.append([rel, caller.f_lineno, name])
+            return inner(*args, **kwargs)
+        return call
+
+
 def batch(step, rows, seq, vocab):
     g = torch.Generator().manual_seed(1000 + step)
     tokens = torch.randint(0, vocab, (rows, seq + 1), generator=g)
@@ -48,7 +101,11 @@ def train(rank, world, init_file, out_dir, cfg):
     stages, active, released]}, optimizer, coordinator, dynamism, bad."""
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
+    backend = cfg.get("backend", "gloo")
+    if backend == "nccl-double":
+        from dynmo import nccl_double
+        nccl_double.register()
+    dist.init_process_group(backend, init_method=f"file://{init_file}", rank=rank,
                             world_size=world)
     torch.manual_seed(0)
     c = lm.LlamaConfig(dim=32, n_layers=cfg.get("layers", 6), n_heads=4, n_kv_heads=2,
@@ -61,13 +118,17 @@ def train(rank, world, init_file, out_dir, cfg):
             return torch.optim.SGD(params, lr=0.05, momentum=0.9)
         if opt_name == "adagrad":
             return torch.optim.Adagrad(params, lr=0.05)
+        if opt_name == "amsgrad":
+            return torch.optim.AdamW(params, lr=3e-3, amsgrad=True)
         return torch.optim.AdamW(params, lr=3e-3)
 
     def make_scheduler(opt):
         return torch.optim.lr_scheduler.LambdaLR(opt, lambda k: 1.0 / (1 + 0.1 * k))
 
     record = {"losses": [], "boundaries": [], "errors": [], "released": False,
-              "moved": 0, "plans": []}
+              "moved": 0, "plans": [], "blocking": [], "lag": []}
+    clock = LaggingClock() if cfg.get("lagging_clock") else None
+    reads = BlockingReads() if cfg.get("lagging_clock") else None
     try:
         pipe = DynamicPipeline(
             model, schedule=cfg["schedule"], n_microbatches=cfg.get("microbatches", 4),
@@ -76,6 +137,8 @@ def train(rank, world, init_file, out_dir, cfg):
             lr_scheduler=make_scheduler, coordinator=cfg.get("coordinator"),
             policy=cfg.get("policy"), coordinator_flags=cfg.get("flags", ()),
             job=cfg.get("job", "pipelining-test"))
+        if clock is not None:
+            pipe.meter.timer.clock = clock
     except (TypeError, ValueError) as e:
         record["errors"].append(f"{type(e).__name__}: {e}")
         _write(out_dir, rank, record)
@@ -94,6 +157,9 @@ def train(rank, world, init_file, out_dir, cfg):
                 record["errors"].append(str(e))
         if step == cfg.get("kill_coordinator_at") and pipe._link is not None:
             pipe._link.stop_coordinator()  # the coordinator vanishes mid-run
+        if clock is not None:
+            clock.iteration = step
+            reads.on, reads.sites = step >= 2, []  # the steady state: from iteration 2
         applied = pipe.begin_iteration(step)
         if applied is not None:
             record["plans"].append([step, list(applied.boundaries)])
@@ -119,6 +185,11 @@ def train(rank, world, init_file, out_dir, cfg):
         pipe.lr_scheduler.step()
         pipe.optimizer.zero_grad(set_to_none=True)
         pipe.end_iteration(step)
+        if reads is not None:
+            reads.on = False
+            if applied is None:  # a plan's iteration may sync (host-sync(event))
+                record["blocking"] += reads.sites
+            record["lag"].append([step, pipe.meter.measured_iteration])
         record["wgrad_layers"] = sorted(set(record.get("wgrad_layers", []))
                                         | set(pipe.weight_gradient_seconds))
         record["layer_s"] = sorted(pipe.layer_seconds)
@@ -132,6 +203,8 @@ def train(rank, world, init_file, out_dir, cfg):
         state[layer] = sum(float(p.detach().double().sum()) for m in mods for p in m.parameters())
     record["weights"] = state
     record["opt_groups"] = len(pipe.optimizer.param_groups)
+    if clock is not None:
+        record["violations"] = clock.violations
     pipe.close()
     _write(out_dir, rank, record)
     dist.destroy_process_group()

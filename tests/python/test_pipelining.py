@@ -86,7 +86,7 @@ def test_migrations_both_ways_train_bit_identically(schedule, plans):
     assert w_timed == (list(range(moved[0]["layers"])) if "ZeroBubble" in schedule else [])
 
 
-@pytest.mark.parametrize("optimizer", ["sgd", "adagrad"])
+@pytest.mark.parametrize("optimizer", ["sgd", "adagrad", "amsgrad"])
 def test_any_optimizers_state_travels(optimizer):
     cfg = dict(schedule="1F1B", pp=2, steps=4, optimizer=optimizer)
     same_training(static_run(cfg, 2), run(dict(cfg, plans=TWO_STAGES), 2))
@@ -196,3 +196,33 @@ def test_bad_input_is_one_clear_error():
     records = run(dict(schedule="1F1B", pp=2, steps=1, boundaries=[0, 8, 8]), 2)
     assert all("boundaries 0,8,8 must be 3 increasing integers" in r["errors"][0]
                for r in records)
+
+
+def _annotated(path, line, kind):
+    """Whether python/<path>:<line> carries ``host-sync(kind)`` on it or on
+    one of the three lines above (scripts/host-syncs.py's rule)."""
+    from conftest import SOURCE_DIR
+    lines = open(os.path.join(SOURCE_DIR, "python", path)).read().split("\n")
+    return any(f"host-sync({kind})" in lines[i] for i in range(max(0, line - 4), line))
+
+
+def test_the_steady_state_iteration_never_waits_on_the_device():
+    # A clock that completes marks one iteration late, as CUDA events do on
+    # a GPU that runs behind the host, and a watch on every blocking read
+    # DynMo's own code makes: from iteration 2 on, outside the iterations a
+    # plan applies at, no mark is read before it is done, nothing waits, and
+    # every read left is of a CPU tensor (annotated host-sync(cpu)). The
+    # coordinator still gets each iteration's costs, one iteration late, and
+    # decides from them.
+    cfg = dict(schedule="1F1B", pp=2, steps=12, boundaries=[0, 7, 8])
+    live = run(dict(cfg, coordinator="embedded", policy={"trigger": "every:2"},
+                    lagging_clock=True), 2)
+    assert all(not r["errors"] for r in live), [r["errors"] for r in live]
+    assert all(r["violations"] == [] for r in live), [r["violations"] for r in live]
+    sites = {(p, n, m) for r in live for p, n, m in r["blocking"]}
+    assert any(m == "tolist" for _, _, m in sites), "the watch saw no read at all"
+    assert all(_annotated(p, n, "cpu") for p, n, _ in sites), sorted(sites)
+    assert all(measured == step - 1 for r in live for step, measured in r["lag"]), \
+        [r["lag"] for r in live]
+    assert live[0]["plans"], "no plan applied from lagged costs"
+    same_training(static_run(cfg, 2), live)

@@ -8,19 +8,19 @@ job's layers re-split live by the coordinator (docs/python.md).
 
 ``DynamicPipeline`` (pipeline.py) is the one entry; ``ModelLayout``
 (layout.py) says what a torchtitan-style model must look like;
-``send_layer`` / ``recv_layer`` (layer_transfer.py) move a layer with any
-optimizer's state; ``Topology`` (topology.py) places pp x dp ranks;
+``send_layer`` / ``recv_layer`` (``dynmo.torch.migration``, the one
+migration of both packages) move a layer with any optimizer's state; ``Topology`` (topology.py) places pp x dp ranks;
 ``CostMeter`` (cost_meter.py) measures the layers, ``JobLink``
 (job_link.py) talks to the coordinator, ``plan_problem`` (plan_check.py)
 says whether a plan applies, ``schedule_class`` (schedules.py) which
 schedules a running job can be rebuilt into.
 Importing it imports torch.
 """
-from dynmo.pipelining.layer_transfer import recv_layer, send_layer
 from dynmo.pipelining.layout import ModelLayout
 from dynmo.pipelining.pipeline import DynamicPipeline
 from dynmo.pipelining.schedules import schedule_class
 from dynmo.pipelining.topology import Topology
+from dynmo.torch.migration import MigrationError, recv_layer, send_layer
 
-__all__ = ["DynamicPipeline", "ModelLayout", "Topology", "recv_layer", "schedule_class",
-           "send_layer"]
+__all__ = ["DynamicPipeline", "MigrationError", "ModelLayout", "Topology", "recv_layer",
+           "schedule_class", "send_layer"]

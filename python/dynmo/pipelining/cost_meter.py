@@ -2,45 +2,63 @@
 turns into the ``dynmo.LayerCost`` list its agents report.
 
 - forward and backward seconds per layer and micro-batch (``LayerTimer``:
-  host clock on the CPU, CUDA events on a GPU read once per iteration);
+  host clock on the CPU, CUDA events on a GPU);
 - weight-gradient seconds of zero-bubble schedules: each ``W`` action of a
-  ``PipelineStage`` timed with the same clock (no host sync per action)
-  and shared among the stage's layers in proportion to their parameter
-  counts (weight-gradient work scales with the weights);
+  ``PipelineStage`` timed with the same clock and shared among the stage's
+  layers in proportion to their parameter counts (weight-gradient work
+  scales with the weights);
 - activation bytes per layer and micro-batch, sampled: counting them runs
   a Python hook per saved tensor (~5% of a small model's step), so they are
   counted on the first iteration after each ``attach`` and then every
   ``sample_every`` iterations, and reused in between;
-- resident bytes per layer (parameters, gradients, optimizer state,
-  buffers) and the rank's memory in use (the caching allocator's reserved
-  bytes on a GPU: cached blocks are memory the process holds).
+- resident bytes per layer (parameters, a gradient per trainable
+  parameter, optimizer state, buffers), computed once per ``attach`` (a
+  plan) and again at the activation samples and when the optimizer's
+  state set changes: they do not change between plans otherwise.
+
+On a GPU nothing here waits on the device: ``end`` queues the iteration's
+marks and reads the newest iteration the device has finished (``query``),
+so the figures lag the host by the device's queue — usually one
+iteration; ``measured_iteration`` says which. Only a host more than
+``MAX_LAG`` iterations ahead waits, for its oldest marks (the device then
+still has ``MAX_LAG`` iterations queued and never idles). On the CPU every
+iteration is read at its end.
 
 Not thread-safe: the training thread.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Sequence, Tuple
+import collections
+from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
 
-from dynmo.torch.memory import tensor_bytes
-from dynmo.torch.timing import LayerTimer
+from dynmo.torch.memory import resident_bytes
+from dynmo.torch.timing import LayerTimer, Marks
 from dynmo.types import LayerCost
 
 
 class CostMeter:
+    MAX_LAG = 3  # iterations the host may run ahead before a read waits
+
     def __init__(self, device: torch.device, microbatches: int,
-                 measure_activations: bool = True, sample_every: int = 16) -> None:
+                 measure_activations: bool = True, sample_every: int = 16,
+                 clock: Optional[object] = None) -> None:
         self.device = device
         self.microbatches = microbatches
         self.sample_every = sample_every
-        self.timer = LayerTimer(device, measure_activations=measure_activations)
+        self.timer = LayerTimer(device, measure_activations=measure_activations, clock=clock)
         self._sample = measure_activations
         self._activation_bytes: Dict[int, int] = {}
         self._w_marks: List[tuple] = []  # (start, end, layer shares) per W action
+        self._pending: Deque[Marks] = collections.deque()
         self._timings: Dict[int, Any] = {}
-        self.layer_seconds: Dict[int, float] = {}  # the last iteration's, per layer
+        self._static: Dict[int, Tuple[int, int]] = {}  # layer -> (params, resident bytes)
+        self._static_key: Any = None
+        self._iteration = -1
+        self.measured_iteration = -1  # the iteration the figures below are of
+        self.layer_seconds: Dict[int, float] = {}  # per layer, of measured_iteration
         self.weight_gradient_seconds: Dict[int, float] = {}
         self.forward_seconds: Dict[int, float] = {}
 
@@ -50,6 +68,7 @@ class CostMeter:
         actions of each (PipelineStage, its layer ids) given."""
         self.timer.attach({i: m[0] if len(m) == 1 else list(m) for i, m in layers.items()})
         self._activation_bytes = {}  # the layers changed: sample anew
+        self._static_key = None
         for stage, ids in weight_stages:
             sizes = {i: sum(p.numel() for m in layers[i] for p in m.parameters()) for i in ids}
             total = float(sum(sizes.values())) or 1.0
@@ -59,40 +78,71 @@ class CostMeter:
         self.timer.detach()
 
     def begin(self, iteration: int) -> None:
-        self.timer.measure_activations = self._sample and (
-            not self._activation_bytes or iteration % self.sample_every == 0)
+        self._iteration = iteration
+        sampling = not self._activation_bytes or iteration % self.sample_every == 0
+        self.timer.measure_activations = self._sample and sampling
+        if iteration % self.sample_every == 0:
+            self._static_key = None  # freezing changes which gradients exist
 
-    def end(self) -> None:
-        """Reads the iteration's clocks (one sync on a GPU)."""
-        self._timings = self.timer.collect()
-        marks, self._w_marks = self._w_marks, []
+    def end(self) -> bool:
+        """Queues this iteration's marks and reads the newest iteration the
+        device has finished; True when that is a newer one than before."""
+        marks = self.timer.take()
+        marks.extra, self._w_marks = self._w_marks, []
+        marks.iteration = self._iteration
+        if marks.latest is not None or marks.extra:
+            self._pending.append(marks)
+        clock = self.timer.clock
+        newest = None
+        while self._pending and (self._pending[0].latest is None
+                                 or clock.done(self._pending[0].latest)):
+            newest = self._pending.popleft()
+        if newest is None and len(self._pending) > self.MAX_LAG:
+            clock.wait(self._pending[0].latest)  # see the module doc: no idle device
+            newest = self._pending.popleft()
+        if newest is None:
+            return False
+        self._read(newest)
+        return True
+
+    def _read(self, marks: Marks) -> None:
+        self._timings = self.timer.timings(marks)
         w: Dict[int, float] = {}
-        if marks:
-            seconds = self.timer.clock.seconds([(a, b) for a, b, _ in marks])
-            for spent, (_, _, shares) in zip(seconds, marks):
+        if marks.extra:
+            seconds = self.timer.clock.seconds([(a, b) for a, b, _ in marks.extra])
+            for spent, (_, _, shares) in zip(seconds, marks.extra):
                 for layer, share in shares:
                     w[layer] = w.get(layer, 0.0) + spent * share
+        self.measured_iteration = marks.iteration
         self.weight_gradient_seconds = w
         self.forward_seconds = {i: t.fwd_s for i, t in self._timings.items()}
         self.layer_seconds = {i: t.fwd_s + t.bwd_s + w.get(i, 0.0)
                               for i, t in self._timings.items()}
-        if self.timer.measure_activations:
+        if marks.saved:
             self._activation_bytes = {i: t.activation_bytes // self.microbatches
                                       for i, t in self._timings.items()}
 
     def costs(self, layers: Sequence[int], held: Dict[int, Sequence[nn.Module]],
               optimizer: torch.optim.Optimizer) -> List[LayerCost]:
-        """The last iteration's cost of each of ``layers``, per micro-batch."""
+        """The measured iteration's cost of each of ``layers``, per micro-batch."""
         m = self.microbatches
+        key = len(optimizer.state)
+        if key != self._static_key:
+            self._static = {}
+            self._static_key = key
         out = []
         for layer in layers:
             t = self._timings.get(layer)
+            if layer not in self._static:
+                mods = held[layer]
+                self._static[layer] = (sum(p.numel() for mod in mods for p in mod.parameters()),
+                                       resident_bytes(mods, optimizer))
+            params, resident = self._static[layer]
             out.append(LayerCost(
                 layer=layer, fwd_s=t.fwd_s / m if t else 0.0,
                 bwd_s=t.bwd_s / m if t else 0.0,
                 wgrad_s=self.weight_gradient_seconds.get(layer, 0.0) / m,
-                params=sum(p.numel() for mod in held[layer] for p in mod.parameters()),
-                resident_bytes=_resident(held[layer], optimizer),
+                params=params, resident_bytes=resident,
                 activation_bytes=self._activation_bytes.get(layer, 0)))
         return out
 
@@ -104,27 +154,12 @@ class CostMeter:
 
     def _time_weight_actions(self, stage: Any, shares: List[Tuple[int, float]]) -> None:
         inner = stage.backward_weight_one_chunk
-        clock = self.timer.clock
+        timer = self.timer
 
         def timed(*args, **kwargs):
-            start = clock.mark()
+            start = timer.mark()
             out = inner(*args, **kwargs)
-            self._w_marks.append((start, clock.mark(), shares))
+            self._w_marks.append((start, timer.mark(), shares))
             return out
 
         stage.backward_weight_one_chunk = timed
-
-
-def _resident(modules: Sequence[nn.Module], optimizer: torch.optim.Optimizer) -> int:
-    total = 0
-    for m in modules:
-        for p in m.parameters():
-            total += tensor_bytes(p)
-            if p.grad is not None:
-                total += tensor_bytes(p.grad)
-            for v in optimizer.state.get(p, {}).values():
-                if isinstance(v, torch.Tensor):
-                    total += tensor_bytes(v)
-        for b in m.buffers():
-            total += tensor_bytes(b)
-    return total

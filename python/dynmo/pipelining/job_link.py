@@ -38,20 +38,21 @@ class JobLink:
     def connect(coordinator: str, *, job: str, stages: Sequence[int], num_stages: int,
                 dp: int, dp_rank: int, num_layers: int, boundaries: Sequence[int],
                 microbatches: int, schedule: str, device_index: int,
-                wire: torch.device, policy: Dict[str, Any], flags: Sequence[str] = (),
+                group: Optional[dist.ProcessGroup], policy: Dict[str, Any], flags: Sequence[str] = (),
                 token_file: Optional[str] = None, tls_ca: Optional[str] = None,
                 planned_iterations: int = 0) -> "JobLink":
         import dynmo  # the C++ agent: only needed with a coordinator
         address, local = coordinator, None
         if coordinator == "embedded":
-            port = torch.zeros(1, dtype=torch.int64, device=wire)
+            port = torch.zeros(1, dtype=torch.int64)  # over the CPU control group
             if dist.get_rank() == 0:
                 extra = [f"--trigger={policy.get('trigger', 'every:5')}"]
                 if policy.get("repack"):
                     extra.append("--repack=true")
                 local = dynmo.LocalCoordinator(extra + list(flags))
                 port[0] = local.port
-            dist.broadcast(port, 0)
+            dist.broadcast(port, 0, group=group)
+            # host-sync(cpu): the control group's CPU tensor, once at start.
             address = f"127.0.0.1:{int(port.item())}"
         agents = {}
         for k, stage in enumerate(stages):

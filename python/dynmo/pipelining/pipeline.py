@@ -20,11 +20,22 @@ with the user's factories over the held parameters, attach the layer timer
 and connect one ``dynmo.Agent`` per local stage.
 
 At ``begin_iteration`` every rank of the job agrees in-band on the plan due
-(``dynmo.torch.agree_on_plan``); when all hold it, each replica executes the
-plan's moves in their listed order (``layer_transfer``: weights, buffers
-and the optimizer's per-parameter state), then the chunks, the
+(``dynmo.torch.agree_on_plan``, over the CPU control group: no GPU wait);
+when all hold it, each replica executes the plan's moves
+(``dynmo.torch.migration.migrate``: weights, buffers and the optimizer's
+per-parameter state, one batch per round on the job group, confirmed by
+every rank before a sender lets go), then the chunks, the
 ``PipelineStage`` objects, DDP and the schedule are rebuilt and the optimizer
-and scheduler objects stay the same. A re-pack plan also shrinks the
+and scheduler objects stay the same. A peer that dies or stops answering
+mid-migration raises ``MigrationError`` on every survivor within
+``migration_timeout_s``; a layer that does not match changes nothing
+anywhere and the plan is acknowledged as not applied.
+
+``end_iteration`` reports the newest iteration whose clocks the device has
+finished (``CostMeter``: on a GPU usually the one before, never a wait),
+with parameter counts and resident bytes computed once per plan.
+
+A re-pack plan also shrinks the
 groups to the ranks that stay; a released rank frees its layers and
 ``released`` turns true (its loop ends). Re-shape plans are refused (see
 docs/python.md). A plan that fails its checks changes nothing: it is
@@ -33,6 +44,7 @@ Not thread-safe: the training thread.
 """
 from __future__ import annotations
 
+import datetime
 import logging
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
@@ -46,7 +58,6 @@ from torch.distributed.pipelining.schedules import PipelineScheduleSingle
 from dynmo import _core
 from dynmo.pipelining.cost_meter import CostMeter
 from dynmo.pipelining.job_link import JobLink
-from dynmo.pipelining.layer_transfer import recv_layer, send_layer
 from dynmo.pipelining.layout import ModelLayout, ModelParts
 from dynmo.pipelining.plan_check import plan_problem
 from dynmo.pipelining.schedules import (SPLIT_BACKWARD, V_STYLE, agent_schedule, canonical_name,
@@ -54,7 +65,8 @@ from dynmo.pipelining.schedules import (SPLIT_BACKWARD, V_STYLE, agent_schedule,
 from dynmo.pipelining.topology import Topology
 from dynmo.torch.memory import device_memory
 from dynmo.torch.plan import agree_on_plan
-from dynmo.torch.speed_probe import speed_probe
+from dynmo.torch.migration import DEFAULT_TIMEOUT_S, MigrationError, Transfer, migrate
+from dynmo.torch.speed_probe import launch_probe
 from dynmo.types import Plan
 
 _log = logging.getLogger("dynmo.pipelining")
@@ -77,7 +89,9 @@ class DynamicPipeline:
     ends before repaying. ``speed_probe_every``: iterations between speed
     probes while the rank is watched (its first probes, and whenever the
     time its layers take moves); ``speed_probe_steady_every`` otherwise
-    (``dynmo._core.ProbeCadence``; 0: never probe).
+    (``dynmo._core.ProbeCadence``; 0: never probe). ``migration_timeout_s``:
+    the bound on every wait of a migration (a dead peer raises
+    ``MigrationError`` within it).
     """
 
     def __init__(self, model: nn.Module, *, schedule: str, n_microbatches: int,
@@ -94,7 +108,8 @@ class DynamicPipeline:
                  last: Sequence[str] = ("norm", "output"),
                  measure_activations: bool = True, timing: bool = True,
                  speed_probe_every: int = 5, speed_probe_steady_every: int = 25,
-                 planned_iterations: int = 0) -> None:
+                 planned_iterations: int = 0,
+                 migration_timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         if not dist.is_initialized():
             raise RuntimeError("dynmo.pipelining: call torch.distributed.init_process_group "
                                "first")
@@ -132,7 +147,12 @@ class DynamicPipeline:
             raise ValueError(f"dynmo.pipelining: speed_probe_steady_every must be >= "
                              f"speed_probe_every ({speed_probe_every}), got "
                              f"{speed_probe_steady_every}")
+        if not migration_timeout_s > 0:
+            raise ValueError(f"dynmo.pipelining: migration_timeout_s must be > 0, "
+                             f"got {migration_timeout_s}")
+        self.migration_timeout_s = float(migration_timeout_s)
         self.speed_probe_every = speed_probe_every
+        self._pending_probe = None  # a probe the device has not finished
         self._probe_cadence = _core.ProbeCadence(every=speed_probe_every,
                                                  steady_every=speed_probe_steady_every)
         self._probed_layers: Optional[frozenset] = None  # the held layers last time
@@ -168,6 +188,7 @@ class DynamicPipeline:
         self._timing = timing
         self.meter = CostMeter(self.device, n_microbatches, measure_activations)
         self._build()
+        self._warm_job_group()
         self._link: Optional[JobLink] = None
         if coordinator:
             self._link = JobLink.connect(
@@ -175,7 +196,7 @@ class DynamicPipeline:
                 dp=dp, dp_rank=self.topology.dp_rank, num_layers=self.layout.num_layers,
                 boundaries=self.boundaries, microbatches=n_microbatches,
                 schedule=agent_schedule(self.schedule_name),
-                device_index=self.device.index or 0, wire=self._wire,
+                device_index=self.device.index or 0, group=self.topology.control_group,
                 policy=policy or {}, flags=coordinator_flags, token_file=token_file,
                 tls_ca=tls_ca, planned_iterations=planned_iterations)
 
@@ -229,7 +250,8 @@ class DynamicPipeline:
         if self._link is None or self.released:
             return None
         plan = self._link.plan_due(iteration)
-        if not agree_on_plan(plan, group=self.topology.job_group, device=self._wire):
+        if not agree_on_plan(plan, group=self.topology.control_group,
+                             device=torch.device("cpu")):
             if plan is not None:
                 self._link.acknowledge(plan, False, "not every rank holds this epoch")
             return None
@@ -238,18 +260,26 @@ class DynamicPipeline:
             _log.warning("dynmo.pipelining: plan epoch %d not applied: %s", plan.epoch, why)
             self._link.acknowledge(plan, False, why)
             return None
-        self.apply_plan(plan)
+        try:
+            self.apply_plan(plan)
+        except MigrationError as e:
+            self._link.acknowledge(plan, False, str(e))
+            if not e.recoverable:
+                raise
+            _log.warning("%s", e)
+            return None
         self._link.acknowledge(plan, True, "")
         return plan
 
     def end_iteration(self, iteration: int) -> None:
-        """Reports this iteration's per-layer costs (after optimizer.step)."""
-        self.meter.end()
+        """Reports per-layer costs (after optimizer.step): this iteration's
+        on the CPU, the newest the device has finished on a GPU."""
         # The schedule's time outside this rank's layers: its sends, receives
         # and the waits for them (and the schedule's own work), all
         # micro-batches. On CPU the layers' clock is the same wall clock; on
         # a GPU the layers' events and the host's clock do not subtract
         # (kernels run behind the host), so nothing is measured there.
+        fresh = self.meter.end()
         layers_s = sum(self.meter.layer_seconds.values())
         self.last_exchange_s = (max(0.0, self._step_s - layers_s)
                                 if self.device.type == "cpu" and self._step_s > 0 else 0.0)
@@ -258,21 +288,29 @@ class DynamicPipeline:
         # Every few iterations the speed probe, timed like the layers: the
         # coordinator tells a slow rank from heavy layers by it. Often while
         # the rank is watched (its start, a move in its layers' time), seldom
-        # otherwise (ProbeCadence).
+        # otherwise (ProbeCadence). On a GPU it is read once the device has
+        # run it, with a later iteration's report.
         held = frozenset(self.parts.held)
         changed = self._probed_layers is not None and held != self._probed_layers
         self._probed_layers = held
-        probe_s = (speed_probe(self.device)
-                   if self._probe_cadence.should_probe(iteration, layers_s, changed)
-                   else 0.0)
+        if self._pending_probe is None and \
+                self._probe_cadence.should_probe(iteration, layers_s, changed):
+            self._pending_probe = launch_probe(self.device)
+        if not fresh:
+            return  # the device has not finished a newer iteration yet
+        probe_s = self._pending_probe.seconds() if self._pending_probe is not None else None
+        if probe_s is not None:
+            self._pending_probe = None
         # On a GPU: the reserved peak since the last report plus this rank's
         # share of the context and NCCL, and its share of the device (once
-        # per iteration, for every local stage); (0, 0) on a CPU.
+        # per iteration, for every local stage; allocator counters, no wait);
+        # (0, 0) on a CPU.
         gpu_used, gpu_capacity = device_memory(self.device)
+        measured = self.meter.measured_iteration
         for stage in self._link.agents:
             costs = self.meter.costs(self._range(stage), self.parts.held, self.optimizer)
             used = gpu_used if self.device.type == "cuda" else self.meter.memory_used(costs)
-            self._link.report(stage, iteration, costs, used, probe_s=probe_s,
+            self._link.report(stage, measured, costs, used, probe_s=probe_s or 0.0,
                               memory_capacity_bytes=gpu_capacity,
                               exchange_s=self.last_exchange_s)
 
@@ -320,11 +358,10 @@ class DynamicPipeline:
                 row[head + layer] = fwd
                 row[head + n + layer] = seconds - fwd
                 row[head + 2 * n + layer] = w.get(layer, 0.0)
-        group = self.topology.job_group
-        row = row.to(self._wire)
+        group = self.topology.control_group  # CPU: no wait on a GPU
         rows = [torch.zeros_like(row) for _ in range(dist.get_world_size(group))]
         dist.all_gather(rows, row, group=group)
-        table = torch.stack([r.cpu() for r in rows])
+        table = torch.stack(rows)
         held = table[:, 1] > 0
         slowest = table.max(dim=0).values
         return {"loss": float(table[held, 0].mean()) if bool(held.any()) else float("nan"),
@@ -335,13 +372,17 @@ class DynamicPipeline:
                 "layer_backward_s": [float(x) for x in slowest[head + n:head + 2 * n]],
                 "layer_weight_grad_s": [float(x) for x in slowest[head + 2 * n:]]}
 
-    def close(self) -> None:
+    def close(self, barrier: bool = True) -> None:
         """Flushes and stops the agents, then the embedded coordinator.
-        Collective (a barrier over the world) when a coordinator was started."""
+        Collective with ``barrier``: a barrier over the job's CPU control
+        group, bounded by ``migration_timeout_s`` (a rank that never arrives
+        is named in the error instead of a hang). After an error on this
+        rank pass ``barrier=False``: the others may never arrive."""
         if self._link is not None:
             self._link.close()
-        if dist.get_world_size() > 1:
-            dist.barrier()
+        if barrier and dist.get_world_size() > 1 and not self.released:
+            dist.monitored_barrier(group=self.topology.control_group,
+                                   timeout=datetime.timedelta(seconds=self.migration_timeout_s))
         if self._link is not None:
             self._link.stop_coordinator()
 
@@ -362,8 +403,7 @@ class DynamicPipeline:
             raise ValueError(f"dynmo.pipelining: plan epoch {plan.epoch}: {why}")
         topo = self.topology
         mine = set(self.local_stage_ids)
-        moved = 0
-        wire = None  # moves address global ranks over the world group
+        transfers = []
         for move in plan.migrations:
             # Stage ids are original ids; the topology places positions
             # among the stages active before this plan.
@@ -372,11 +412,19 @@ class DynamicPipeline:
             if move.from_stage in mine and move.to_stage in mine:
                 continue  # both stages run here: the module stays where it is
             if move.from_stage in mine:
-                moved += send_layer(self.parts.held.pop(move.layer), self.optimizer, dst, wire)
+                transfers.append(Transfer(move.layer, src, dst, self.parts.held[move.layer],
+                                          move.round))
             elif move.to_stage in mine:
-                modules = self.parts.empty_layer(move.layer)
-                moved += recv_layer(modules, self.optimizer, src, wire, self.lr_scheduler)
-                self.parts.held[move.layer] = modules
+                transfers.append(Transfer(move.layer, src, dst,
+                                          self.parts.empty_layer(move.layer), move.round))
+        done = migrate(transfers, self.optimizer, rank=topo.rank, device=self._wire,
+                       group=topo.job_group, epoch=plan.epoch,
+                       timeout_s=self.migration_timeout_s, lr_scheduler=self.lr_scheduler)
+        for t in transfers:
+            if t.src == topo.rank:
+                self.parts.held.pop(t.layer)
+        self.parts.held.update(done.received)
+        moved = done.bytes
         released = set(plan.released_stages)
         # The pipeline ranks that stay, placed by today's stage positions.
         keep = sorted({topo.pp_rank_of_stage(self._position(s)) for s in plan.active_stages})
@@ -390,10 +438,19 @@ class DynamicPipeline:
             if was_here:
                 self._release()
                 return moved
+            self._warm_job_group()
         self._build()
         return moved
 
     # ---- internals ---------------------------------------------------------
+
+    def _warm_job_group(self) -> None:
+        """Builds the job group's communicator now, with every rank in it: a
+        migration's batches then run on it (NCCL needs every rank of a group
+        in its first call; torch builds communicators lazily)."""
+        if self.topology.job_group is not self.topology.control_group and \
+                not self.released and dist.get_world_size() > 1:
+            dist.all_reduce(torch.zeros(1, device=self._wire), group=self.topology.job_group)
 
     def _position(self, stage: int) -> int:
         return self.stage_ids.index(stage)

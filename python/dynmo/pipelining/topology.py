@@ -13,7 +13,10 @@ DualPipeV) — what ``torch.distributed.pipelining`` expects of each.
 
 ``Topology`` also makes the groups: per replica the pipeline group its
 ``PipelineStage`` objects talk over, per stage position the data-parallel
-group DDP averages over, and the job group every rank of the job agrees in.
+group DDP averages over, the job group every rank of the job migrates in,
+and its CPU twin, the control group (Gloo): the per-iteration agreement on
+a plan and the logs' gathers run there, so they never wait on a GPU (the
+job group itself when the backend already takes CPU tensors).
 ``dist.new_group`` is collective over the world, so every rank builds every
 group in the same order. Not thread-safe: the training thread.
 """
@@ -51,6 +54,8 @@ class Topology:
         self.pp_group: Optional[dist.ProcessGroup] = None
         self.dp_group: Optional[dist.ProcessGroup] = None
         self.job_group: Optional[dist.ProcessGroup] = None
+        self.control_group: Optional[dist.ProcessGroup] = None
+        self._cpu_backend = _takes_cpu_tensors(str(dist.get_backend()))
         self._build_groups(first=True)
 
     @property
@@ -101,6 +106,16 @@ class Topology:
                     if p == self.pp_rank:
                         self.dp_group = g
             self.job_group = None
+            self.control_group = None if self._cpu_backend else dist.new_group(backend="gloo")
         else:
-            g = dist.new_group([self.global_rank(p, r) for p in active for r in range(dp)])
+            ranks = [self.global_rank(p, r) for p in active for r in range(dp)]
+            g = dist.new_group(ranks)
             self.job_group = g if self.pp_rank in active else None
+            c = g if self._cpu_backend else dist.new_group(ranks, backend="gloo")
+            self.control_group = c if self.pp_rank in active else None
+
+
+def _takes_cpu_tensors(backend: str) -> bool:
+    """Whether a group of ``backend`` takes CPU tensors ("gloo", "mpi",
+    "cpu:gloo,cuda:nccl")."""
+    return "gloo" in backend.lower() or "mpi" in backend.lower()

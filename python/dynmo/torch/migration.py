@@ -1,155 +1,442 @@
-"""Moving one layer between ranks: its parameters, buffers and AdamW state.
+"""Moving layers between ranks with their optimizer state: the one
+migration of ``dynmo.torch`` and ``dynmo.pipelining``.
 
-    send_layer(module, optimizer, dst)     # on the rank that gives it up
-    recv_layer(module, optimizer, src)     # on the rank that takes it; module
-                                           # is a fresh layer of the same shape
+    moved = migrate(transfers, optimizer, rank=r, device=wire, group=g,
+                    epoch=plan.epoch, timeout_s=60, lr_scheduler=sched)
+    moved.bytes                  # sent + received by this rank
+    moved.received               # {layer: its modules} (the receiver's)
 
-The sender first sends a header (per parameter: whether the optimizer holds
-state for it, the dtype of its ``step``), then every parameter and buffer
-in ``named_parameters`` / ``named_buffers`` order, then per parameter with
-state ``exp_avg``, ``exp_avg_sq`` and ``step``. Tensors travel as they are
-(``torch.distributed.send`` / ``recv``, Gloo or NCCL), so the receiver's
-copy is bit-identical. The sender's optimizer forgets the parameters; the
-receiver's gains them as a new parameter group with the hyper-parameters of
-its first group (or its defaults) and the received state. Gradients are not
-moved: migrate between iterations, after ``zero_grad``.
+A ``Transfer`` names a layer, its sending and receiving global ranks, the
+plan's round, and on this rank the layer's modules (the sender's own, or
+on the receiver an empty layer of the same architecture). A rank passes
+the transfers it takes part in; every rank of ``group`` calls ``migrate``
+(even with none), because a plan is confirmed by all of them.
 
-Both calls block until the peer's matching call; a plan's moves, executed
-in their listed order (rounds), cannot deadlock (coordinator/core/migration.h).
-Not thread-safe: the training thread.
+What travels, per pair of ranks and in three kinds of batch:
+- once per plan, one header per peer (its length, then the bytes): per
+  layer its parameters' and buffers' shapes and dtypes, per parameter its
+  optimizer group's index and hyper-parameters and its state's layout —
+  each state tensor's dtype, shape and place, and scalar state (AdamW's
+  CPU ``step``) by value, so no host round trip per parameter;
+- per round of the plan, one ``batch_isend_irecv`` of every parameter,
+  buffer and state tensor this rank sends or receives in that round, on
+  the tensors' own device (NCCL coalesces the batch into one group on the
+  communicator of ``group``, which the plan's agreement has built);
+- a confirmation: a SUM all-reduce over ``group`` of each rank's "every
+  move I received landed and matched". Only then does a sender drop its
+  parameters from its optimizer and a receiver adopt its own: a plan that
+  fails anywhere changes nothing anywhere.
+
+Any ``torch.optim`` optimizer's per-parameter state travels bit-exactly
+(AdamW's ``exp_avg``/``exp_avg_sq``/``step``, AMSGrad's ``max_exp_avg_sq``,
+SGD's ``momentum_buffer``, Adagrad's ``sum``...). The receiver puts each
+parameter into the group of the sender's index when its hyper-parameters
+match (the optimizer is built the same way on every rank), else into the
+first group that matches, else into a new group it tells ``lr_scheduler``
+about (``base_lrs``). Groups that empty keep their place, so a scheduler's
+per-group lists stay aligned. Gradients do not travel: move between
+iterations, after ``zero_grad``.
+
+Every wait is bounded by ``timeout_s``: a peer that died or stopped
+answering raises ``MigrationError`` naming the plan and the peers, on
+every survivor, instead of hanging in the backend's watchdog. The plan's
+rounds (coordinator/core/migration.h) give every rank the same global
+order, so the batches cannot deadlock. Not thread-safe: the training thread.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+import dataclasses
+import datetime
+import pickle
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-_STATE_KEYS = ("exp_avg", "exp_avg_sq")
-# dtype codes for a ``step`` in the header (0: no state for this parameter).
-_STEP_DTYPES = [torch.float32, torch.float64, torch.int64, torch.float16, torch.bfloat16]
+DEFAULT_TIMEOUT_S = 60.0
 
 
-def _step_code(state: Dict) -> int:
-    if not state:
-        return 0
-    step = state.get("step")
-    if not isinstance(step, torch.Tensor):
-        raise ValueError("optimizer state has no tensor 'step': expected torch.optim.AdamW/Adam")
-    for key in _STATE_KEYS:
-        if key not in state:
-            raise ValueError(f"optimizer state has no '{key}': expected torch.optim.AdamW/Adam")
-    return _STEP_DTYPES.index(step.dtype) + 1
+class MigrationError(RuntimeError):
+    """A migration that could not complete: a peer died, timed out, or sent
+    a layer that does not match this rank's architecture. Nothing changed
+    on this rank's optimizer or layers. ``recoverable``: every rank is alive
+    and agreed the plan failed (a layer that did not match), so training can
+    go on with the layout it had; otherwise the job's ranks can no longer
+    talk (a dead or silent peer) and it must stop."""
+
+    def __init__(self, message: str, epoch: int = 0, peers: Sequence[int] = (),
+                 recoverable: bool = False) -> None:
+        super().__init__(message)
+        self.epoch = epoch
+        self.peers = list(peers)
+        self.recoverable = recoverable
 
 
-def _wire_device(module: nn.Module) -> torch.device:
-    """NCCL moves CUDA tensors; Gloo moves the tensors where they are."""
-    p = next(module.parameters(), None)
-    return p.device if p is not None else torch.device("cpu")
+@dataclasses.dataclass
+class Transfer:
+    """One layer's move: ``modules`` are the sender's (on ``src``) or the
+    empty layer to fill (on ``dst``)."""
+
+    layer: int
+    src: int
+    dst: int
+    modules: Sequence[nn.Module]
+    round: int = 0
 
 
-def send_layer(module: nn.Module, optimizer: Optional[torch.optim.Optimizer], dst: int,
-               group: Optional[dist.ProcessGroup] = None) -> int:
-    """Sends ``module``'s state to rank ``dst``; returns the bytes sent."""
-    params = list(module.parameters())
-    states = [optimizer.state.get(p, {}) if optimizer is not None else {} for p in params]
-    header = torch.tensor([_step_code(s) for s in states], dtype=torch.int64,
-                          device=_wire_device(module))
-    dist.send(header, dst, group=group)
-    tensors: List[torch.Tensor] = [p.detach() for p in params]
-    tensors += [b.detach() for b in module.buffers()]
-    for s in states:
-        if s:
-            tensors += [s[k] for k in _STATE_KEYS]
-            tensors.append(s["step"].to(header.device))
-    sent = send_tensors(tensors, dst, group)
-    if optimizer is not None:
-        forget_parameters(optimizer, params)
-    return sent
+@dataclasses.dataclass
+class Migrated:
+    bytes: int = 0
+    received: Dict[int, Sequence[nn.Module]] = dataclasses.field(default_factory=dict)
 
 
-def recv_into(tensors: List[torch.Tensor], src: int,
-              group: Optional[dist.ProcessGroup] = None) -> int:
-    """Receives each tensor's new value in place (the twin of send_tensors);
-    returns the bytes received."""
-    received = 0
-    with torch.no_grad():
-        for t in tensors:
-            buf = torch.empty_like(t, memory_format=torch.contiguous_format)
-            dist.recv(buf, src, group=group)
-            t.copy_(buf)
-            received += buf.numel() * buf.element_size()
-    return received
-
-
-def send_tensors(tensors: List[torch.Tensor], dst: int,
-                 group: Optional[dist.ProcessGroup] = None) -> int:
-    """Sends each tensor as it is (contiguous); returns the bytes sent."""
-    sent = 0
-    for t in tensors:
-        t = t.contiguous()
-        dist.send(t, dst, group=group)
-        sent += t.numel() * t.element_size()
-    return sent
-
-
-def recv_layer(module: nn.Module, optimizer: Optional[torch.optim.Optimizer], src: int,
-               group: Optional[dist.ProcessGroup] = None) -> int:
-    """Receives into ``module`` (same architecture) from rank ``src``; returns
-    the bytes received. The optimizer then steps its parameters too."""
-    params = list(module.parameters())
-    device = _wire_device(module)
-    header = torch.empty(len(params), dtype=torch.int64, device=device)
-    dist.recv(header, src, group=group)
-    received = recv_into(params + list(module.buffers()), src, group)
-    with torch.no_grad():
-        new_state = {}
-        for p, code in zip(params, header.tolist()):
-            if code == 0:
+def migrate(transfers: Sequence[Transfer], optimizer: Optional[torch.optim.Optimizer], *,
+            rank: int, device: torch.device, group: Optional[dist.ProcessGroup] = None,
+            epoch: int = 0, timeout_s: float = DEFAULT_TIMEOUT_S,
+            lr_scheduler: Optional[Any] = None, confirm: str = "group") -> Migrated:
+    """Carries out this rank's ``transfers`` (see the module doc). ``device``:
+    where headers travel (the group's wire: CUDA under NCCL). ``confirm``:
+    "group" (an all-reduce over ``group``: every rank calls) or "peers"
+    (receivers answer their senders only: a pairwise call)."""
+    mine = [t for t in transfers if rank in (t.src, t.dst) and t.src != t.dst]
+    ex = _Exchange(device, group, epoch, timeout_s)
+    out = Migrated()
+    outgoing = [t for t in mine if t.src == rank]
+    incoming = [t for t in mine if t.dst == rank]
+    headers = {t.layer: _header(t.modules, optimizer) for t in outgoing}
+    by_peer: Dict[int, List[tuple]] = {}
+    for t in outgoing:
+        by_peer.setdefault(t.dst, []).append((t.layer, headers[t.layer]))
+    sent_meta = ex.headers(by_peer, sorted({t.src for t in incoming}))
+    received_meta = {layer: meta for metas in sent_meta.values() for layer, meta in metas}
+    problems = []
+    plans: Dict[int, _Receipt] = {}
+    for t in incoming:
+        meta = received_meta.get(t.layer)
+        if meta is None:
+            problems.append(f"layer {t.layer} did not arrive from rank {t.src}")
+            continue
+        plans[t.layer] = _Receipt(t.modules, meta)
+        if plans[t.layer].mismatch:
+            problems.append(plans[t.layer].mismatch)
+    for r in sorted({t.round for t in mine}):
+        ops = []
+        for t in mine:
+            if t.round != r:
                 continue
-            s = {}
-            for key in _STATE_KEYS:
-                s[key] = torch.empty_like(p, memory_format=torch.contiguous_format)
-                dist.recv(s[key], src, group=group)
-                received += s[key].numel() * s[key].element_size()
-            step = torch.empty((), dtype=_STEP_DTYPES[code - 1], device=device)
-            dist.recv(step, src, group=group)
-            received += step.element_size()
-            # AdamW keeps `step` on the CPU unless capturable / fused.
-            s["step"] = step.to(_step_device(optimizer, p))
-            new_state[p] = s
+            if t.src == rank:
+                for x in _wire_tensors(t.modules, optimizer, headers[t.layer], device):
+                    ops.append(dist.P2POp(dist.isend, x, t.dst, group))
+                    out.bytes += x.numel() * x.element_size()
+            elif t.layer in plans:
+                for x in plans[t.layer].buffers:
+                    ops.append(dist.P2POp(dist.irecv, x, t.src, group))
+                    out.bytes += x.numel() * x.element_size()
+        ex.run(ops, f"round {r}", sorted({t.src if t.dst == rank else t.dst for t in mine
+                                          if t.round == r}))
+    landed = not problems
+    if confirm == "group":
+        landed = ex.all_landed(landed)
+    else:
+        landed = ex.acknowledge(landed, senders=sorted({t.src for t in incoming}),
+                                receivers=sorted({t.dst for t in outgoing}))
+    if not landed:
+        why = "; ".join(problems) or "a peer's layer did not land"
+        raise MigrationError(f"dynmo: plan epoch {epoch}: migration not applied, nothing "
+                             f"changed: {why}", epoch,
+                             sorted({t.src for t in incoming} | {t.dst for t in outgoing}),
+                             recoverable=True)
+    # Every move landed everywhere: the senders let go, the receivers adopt.
     if optimizer is not None:
-        adopt_parameters(optimizer, params, new_state)
-    return received
+        for t in outgoing:
+            forget_parameters(optimizer, _params(t.modules))
+    for t in incoming:
+        receipt = plans[t.layer]
+        receipt.install(optimizer, lr_scheduler)
+        out.received[t.layer] = t.modules
+    return out
 
 
-def _step_device(optimizer: Optional[torch.optim.Optimizer], p: torch.Tensor) -> torch.device:
-    group = optimizer.param_groups[0] if optimizer is not None and optimizer.param_groups else {}
-    if group.get("capturable") or group.get("fused"):
-        return p.device
-    return torch.device("cpu")
+def send_layer(modules, optimizer: Optional[torch.optim.Optimizer], dst: int,
+               group: Optional[dist.ProcessGroup] = None, *,
+               timeout_s: float = DEFAULT_TIMEOUT_S) -> int:
+    """Sends one layer (a module or a list of modules) to global rank ``dst``,
+    which calls ``recv_layer``; its parameters leave ``optimizer`` once the
+    receiver confirms. Returns the bytes sent."""
+    modules = _as_list(modules)
+    rank = dist.get_rank()
+    return migrate([Transfer(-1, rank, dst, modules)], optimizer, rank=rank,
+                   device=_device_of(modules, group), group=group, timeout_s=timeout_s,
+                   confirm="peers").bytes
 
 
-def forget_parameters(optimizer: torch.optim.Optimizer, params: List[torch.Tensor]) -> None:
-    """Removes ``params`` and their state from ``optimizer`` (empty groups go)."""
+def recv_layer(modules, optimizer: Optional[torch.optim.Optimizer], src: int,
+               group: Optional[dist.ProcessGroup] = None,
+               lr_scheduler: Optional[Any] = None, *,
+               timeout_s: float = DEFAULT_TIMEOUT_S) -> int:
+    """Receives into ``modules`` (an empty layer of the same architecture)
+    from global rank ``src``; its parameters join ``optimizer``. Returns the
+    bytes received."""
+    modules = _as_list(modules)
+    rank = dist.get_rank()
+    return migrate([Transfer(-1, src, rank, modules)], optimizer, rank=rank,
+                   device=_device_of(modules, group), group=group, timeout_s=timeout_s,
+                   lr_scheduler=lr_scheduler, confirm="peers").bytes
+
+
+def forget_parameters(optimizer: torch.optim.Optimizer, params: Sequence[torch.Tensor]) -> None:
+    """Removes ``params`` and their state from ``optimizer``; groups stay."""
     gone = {id(p) for p in params}
     for p in params:
         optimizer.state.pop(p, None)
-    groups = []
     for g in optimizer.param_groups:
         g["params"] = [p for p in g["params"] if id(p) not in gone]
-        if g["params"]:
-            groups.append(g)
-    optimizer.param_groups[:] = groups
 
 
-def adopt_parameters(optimizer: torch.optim.Optimizer, params: List[torch.Tensor],
-                     state: Dict[torch.Tensor, Dict]) -> None:
-    """Adds ``params`` as a group like the optimizer's first, with ``state``."""
-    template = optimizer.param_groups[0] if optimizer.param_groups else optimizer.defaults
-    group = {k: v for k, v in template.items() if k != "params"}
-    group["params"] = params
-    optimizer.add_param_group(group)
-    for p, s in state.items():
-        optimizer.state[p] = s
+def adopt_parameters(optimizer: torch.optim.Optimizer, params: Sequence[torch.Tensor],
+                     groups: Sequence[Tuple[int, Dict[str, Any]]],
+                     states: Sequence[Dict[str, Any]],
+                     lr_scheduler: Optional[Any] = None) -> None:
+    """Adds each parameter to the group of the sender's index when its
+    hyper-parameters match, else to the first that matches, else to a new
+    group (told to ``lr_scheduler``); with its state."""
+    for p, (gi, hyper), s in zip(params, groups, states):
+        target = None
+        if 0 <= gi < len(optimizer.param_groups) and \
+                _hyper(optimizer.param_groups[gi]) == hyper:
+            target = optimizer.param_groups[gi]
+        else:
+            target = next((g for g in optimizer.param_groups if _hyper(g) == hyper), None)
+        if target is not None:
+            target["params"].append(p)
+        else:
+            optimizer.add_param_group({**hyper, "params": [p]})
+            if lr_scheduler is not None and hasattr(lr_scheduler, "base_lrs"):
+                lr_scheduler.base_lrs.append(hyper.get("initial_lr", hyper.get("lr")))
+        if s:
+            optimizer.state[p] = s
+
+
+# ---- what a layer sends -----------------------------------------------------
+
+_TENSOR, _SCALAR, _VALUE = "tensor", "scalar", "value"
+
+
+def _as_list(modules) -> List[nn.Module]:
+    return [modules] if isinstance(modules, nn.Module) else list(modules)
+
+
+def _params(modules: Sequence[nn.Module]) -> List[nn.Parameter]:
+    return [p for m in modules for p in m.parameters()]
+
+
+def _buffers(modules: Sequence[nn.Module]) -> List[torch.Tensor]:
+    return [b for m in modules for b in m.buffers()]
+
+
+def _hyper(group: Dict[str, Any]) -> Dict[str, Any]:
+    return {k: v for k, v in group.items() if k != "params"}
+
+
+def _group_index(optimizer: torch.optim.Optimizer, p: torch.Tensor) -> int:
+    for i, g in enumerate(optimizer.param_groups):
+        if any(q is p for q in g["params"]):
+            return i
+    raise ValueError("dynmo: a parameter of the layer to move is not in the optimizer")
+
+
+def _header(modules: Sequence[nn.Module], optimizer) -> Dict[str, Any]:
+    """What the receiver needs to know before the tensors (module doc)."""
+    params = _params(modules)
+    state = []
+    for p in params:
+        if optimizer is None:
+            state.append((-1, {}, []))
+            continue
+        gi = _group_index(optimizer, p)
+        layout = []
+        s = optimizer.state.get(p, {})
+        for key in sorted(s):
+            v = s[key]
+            if isinstance(v, torch.Tensor) and v.dim() == 0 and v.device.type == "cpu":
+                # host-sync(cpu): a CPU scalar (AdamW's step) read on the host.
+                layout.append((key, _SCALAR, v.dtype, v.item()))
+            elif isinstance(v, torch.Tensor):
+                layout.append((key, _TENSOR, v.dtype, tuple(v.shape), v.device.type == "cpu"))
+            else:
+                layout.append((key, _VALUE, v))
+        state.append((gi, _hyper(optimizer.param_groups[gi]), layout))
+    return {"params": [(tuple(p.shape), p.dtype, p.requires_grad) for p in params],
+            "buffers": [(tuple(b.shape), b.dtype) for b in _buffers(modules)],
+            "state": state}
+
+
+def _wire_tensors(modules, optimizer, header, device) -> List[torch.Tensor]:
+    """The sender's tensors in wire order: parameters, buffers, state."""
+    params = _params(modules)
+    out = [p.detach().contiguous() for p in params]
+    out += [b.detach().contiguous() for b in _buffers(modules)]
+    for p, (_, _, layout) in zip(params, header["state"]):
+        s = optimizer.state.get(p, {}) if optimizer is not None else {}
+        for entry in layout:
+            if entry[1] == _TENSOR:
+                v = s[entry[0]]
+                # A CPU state tensor beside a device parameter travels on the wire's device.
+                out.append((v.to(device) if v.device != p.device and
+                            device.type != "cpu" else v).contiguous())
+    return out
+
+
+class _Receipt:
+    """A layer being received: the tensors to receive into, in wire order,
+    and how to install them once the plan is confirmed."""
+
+    def __init__(self, modules: Sequence[nn.Module], header: Dict[str, Any]) -> None:
+        self.params = _params(modules)
+        self.buffer_targets = _buffers(modules)
+        here = [(tuple(p.shape), p.dtype) for p in self.params]
+        there = [(shape, dtype) for shape, dtype, _ in header["params"]]
+        buffers_here = [(tuple(b.shape), b.dtype) for b in self.buffer_targets]
+        self.mismatch = ""
+        if here != there or buffers_here != header["buffers"]:
+            self.mismatch = (f"the layer received ({len(there)} parameters, "
+                             f"{len(header['buffers'])} buffers) does not match the local "
+                             f"architecture ({len(here)} parameters, {len(buffers_here)} "
+                             f"buffers)")
+        device = self.params[0].device if self.params else (
+            self.buffer_targets[0].device if self.buffer_targets else torch.device("cpu"))
+        self.header = header
+        # Receive straight into the empty layer when it matches (it is
+        # discarded if the plan fails); into scratch of the sender's shapes
+        # when it does not, so the sender's batch still completes.
+        if self.mismatch:
+            self.buffers = [torch.empty(s, dtype=d, device=device)
+                            for s, d, _ in header["params"]]
+            self.buffers += [torch.empty(s, dtype=d, device=device) for s, d in header["buffers"]]
+        else:
+            self.buffers = [_landing(t) for t in self.params + self.buffer_targets]
+        self.states: List[Tuple[str, torch.Tensor, bool]] = []
+        for i, (_, _, layout) in enumerate(header["state"]):
+            where = self.params[i].device if i < len(self.params) and not self.mismatch \
+                else device
+            for entry in layout:
+                if entry[1] == _TENSOR:
+                    key, _, dtype, shape, on_cpu = entry
+                    buf = torch.empty(shape, dtype=dtype, device=where)
+                    self.buffers.append(buf)
+                    self.states.append((key, buf, on_cpu))
+
+    def install(self, optimizer, lr_scheduler) -> None:
+        n = len(self.params) + len(self.buffer_targets)
+        with torch.no_grad():
+            for target, buf in zip(self.params + self.buffer_targets, self.buffers[:n]):
+                if buf is not target:
+                    target.copy_(buf)
+        for p, (_, _, flag) in zip(self.params, self.header["params"]):
+            p.requires_grad_(flag)  # a frozen layer stays frozen
+        if optimizer is None:
+            return
+        received = iter(self.states)
+        states = []
+        for (_, _, layout) in self.header["state"]:
+            s: Dict[str, Any] = {}
+            for entry in layout:
+                if entry[1] == _VALUE:
+                    s[entry[0]] = entry[2]
+                elif entry[1] == _SCALAR:
+                    s[entry[0]] = torch.tensor(entry[3], dtype=entry[2])
+                else:
+                    key, buf, on_cpu = next(received)
+                    s[key] = buf.cpu() if on_cpu and buf.device.type != "cpu" else buf
+            states.append(s)
+        adopt_parameters(optimizer, self.params,
+                         [(gi, hyper) for gi, hyper, _ in self.header["state"]], states,
+                         lr_scheduler)
+
+
+def _landing(t: torch.Tensor) -> torch.Tensor:
+    """Where a received tensor lands: ``t`` itself when it is contiguous."""
+    if t.is_contiguous():
+        return t.detach()
+    return torch.empty_like(t, memory_format=torch.contiguous_format)
+
+
+def _device_of(modules: Sequence[nn.Module], group) -> torch.device:
+    """The wire of a pairwise call: the layer's device, else the group's."""
+    for t in _params(modules) + _buffers(modules):
+        return t.device
+    from dynmo.torch.plan import _device_for_backend
+    return _device_for_backend(str(dist.get_backend(group)))
+
+
+# ---- the exchanges ----------------------------------------------------------
+
+class _Exchange:
+    """Batched point-to-point over one group, every wait bounded."""
+
+    def __init__(self, device, group, epoch: int, timeout_s: float) -> None:
+        self.device = torch.device(device)
+        self.group = group
+        self.epoch = epoch
+        self.timeout = datetime.timedelta(seconds=timeout_s)
+
+    def run(self, ops: List[dist.P2POp], what: str, peers: Sequence[int]) -> None:
+        if not ops:
+            return
+        try:
+            works = dist.batch_isend_irecv(ops)
+            for w in works:
+                w.wait(self.timeout)
+        except Exception as e:  # noqa: BLE001  (the backend's error, made one line)
+            raise self._failed(what, peers, e) from e
+
+    def _failed(self, what: str, peers: Sequence[int], e: BaseException) -> MigrationError:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        names = ", ".join(str(p) for p in peers) or "?"
+        return MigrationError(
+            f"dynmo: plan epoch {self.epoch}: migration {what} with rank(s) {names} failed "
+            f"within {self.timeout.total_seconds():g} s: {first}", self.epoch, peers)
+
+    def headers(self, outgoing: Dict[int, List[tuple]], sources: Sequence[int]
+                ) -> Dict[int, List[tuple]]:
+        """Sends each peer its headers, receives each source's."""
+        blobs = {p: torch.frombuffer(bytearray(pickle.dumps(v)), dtype=torch.uint8)
+                 .to(self.device) for p, v in outgoing.items()}
+        sizes_in = {s: torch.zeros(1, dtype=torch.int64, device=self.device) for s in sources}
+        ops = [dist.P2POp(dist.isend, torch.tensor([b.numel()], dtype=torch.int64,
+                                                   device=self.device), p, self.group)
+               for p, b in blobs.items()]
+        ops += [dist.P2POp(dist.irecv, t, s, self.group) for s, t in sizes_in.items()]
+        peers = sorted(set(blobs) | set(sources))
+        self.run(ops, "header sizes", peers)
+        # host-sync(event): the header sizes, once per plan.
+        payloads = {s: torch.empty(int(t.item()), dtype=torch.uint8, device=self.device)
+                    for s, t in sizes_in.items()}
+        ops = [dist.P2POp(dist.isend, b, p, self.group) for p, b in blobs.items()]
+        ops += [dist.P2POp(dist.irecv, t, s, self.group) for s, t in payloads.items()]
+        self.run(ops, "headers", peers)
+        # host-sync(event): the headers, once per plan.
+        return {s: pickle.loads(t.cpu().numpy().tobytes()) for s, t in payloads.items()}
+
+    def all_landed(self, landed: bool) -> bool:
+        """Whether every rank of the group says its moves landed."""
+        flag = torch.tensor([0 if landed else 1], dtype=torch.int64, device=self.device)
+        try:
+            work = dist.all_reduce(flag, op=dist.ReduceOp.SUM, group=self.group, async_op=True)
+            work.wait(self.timeout)
+        except Exception as e:  # noqa: BLE001
+            raise self._failed("confirmation", [], e) from e
+        # host-sync(event): the confirmation, once per plan.
+        return int(flag.item()) == 0
+
+    def acknowledge(self, landed: bool, senders: Sequence[int],
+                    receivers: Sequence[int]) -> bool:
+        """Pairwise confirmation: each receiver tells its senders."""
+        mine = torch.tensor([1 if landed else 0], dtype=torch.int64, device=self.device)
+        theirs = {r: torch.zeros(1, dtype=torch.int64, device=self.device) for r in receivers}
+        ops = [dist.P2POp(dist.isend, mine, s, self.group) for s in senders]
+        ops += [dist.P2POp(dist.irecv, t, r, self.group) for r, t in theirs.items()]
+        self.run(ops, "confirmation", sorted(set(senders) | set(receivers)))
+        # host-sync(event): the confirmation, once per plan.
+        return landed and all(int(t.item()) == 1 for t in theirs.values())

@@ -13,13 +13,13 @@ applies only when every rank holds the same epoch (MIN == MAX). A COMMIT
 that reached only some ranks in time then changes nothing anywhere.
 
 ``StageLayers`` is what one stage holds: global layer ids ``first ..
-first+len-1`` as an ``nn.ModuleList``. ``apply_plan`` executes the plan's
-moves in their listed order (rounds in which no stage takes part twice, so
-blocking send/recv pairs cannot deadlock): the giving stage sends the
-layer (``send_layer``) and drops it, the taking stage builds an empty layer
-with ``build_layer(layer_id)`` (under ``torch.random.fork_rng``, so training's
-random stream is untouched) and receives into it. Afterwards the stage
-must hold exactly the plan's range, else ``RuntimeError``. Re-packing plans
+first+len-1`` as an ``nn.ModuleList``. ``apply_plan`` checks that the
+stage would hold exactly the plan's range after its moves (else
+``RuntimeError``, nothing sent), builds an empty layer for each layer it
+takes with ``build_layer(layer_id)`` (under ``torch.random.fork_rng``, so
+training's random stream is untouched), and hands the moves to
+``dynmo.torch.migration.migrate``: batched per round, confirmed by every
+rank before a sender lets go, bounded by ``timeout_s``. Re-packing plans
 (released stages) are refused with ``ValueError``. Not thread-safe.
 """
 from __future__ import annotations
@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from dynmo.torch.migration import recv_layer, send_layer
+from dynmo.torch.migration import DEFAULT_TIMEOUT_S, Transfer, migrate
 from dynmo.types import Plan
 
 
@@ -64,6 +64,8 @@ def agree_on_plan(plan: Optional[Plan], group: Optional[dist.ProcessGroup] = Non
                      device=device)
     dist.all_reduce(t, op=dist.ReduceOp.SUM, group=group)
     w = float(dist.get_world_size(group))
+    # host-sync(cpu): dynmo.pipelining agrees over its CPU (Gloo) control
+    # group; a caller passing an NCCL group pays one sync per iteration here.
     held, total, squares = t.tolist()
     return plan is not None and held == w and total == w * e and squares == w * e * e
 
@@ -83,30 +85,48 @@ def apply_plan(plan: Plan, layers: StageLayers,
                optimizer: Optional[torch.optim.Optimizer],
                build_layer: Callable[[int], nn.Module],
                rank_of_stage: Callable[[int], int] = lambda s: s,
-               group: Optional[dist.ProcessGroup] = None) -> int:
+               group: Optional[dist.ProcessGroup] = None, *,
+               timeout_s: float = DEFAULT_TIMEOUT_S,
+               lr_scheduler: Optional[object] = None) -> int:
     """Carries out ``plan``'s moves for this stage; returns the bytes moved
-    (sent + received) by this rank."""
+    (sent + received) by this rank. Every rank of ``group`` calls it (the
+    plan is confirmed by all): ``MigrationError`` on every rank, nothing
+    changed, when a move did not land."""
     if plan.released_stages:
         raise ValueError(f"plan epoch {plan.epoch} releases stages "
                          f"{plan.released_stages}: re-packing is not supported here")
     held = layers.by_id()
-    moved = 0
+    for move in plan.migrations:
+        if move.from_stage == layers.stage and move.layer not in held:
+            raise RuntimeError(f"plan epoch {plan.epoch} moves layer {move.layer} "
+                               f"from stage {layers.stage}, which does not hold it")
+    want = list(plan.layers_of(layers.stage))
+    after = set(held) - {m.layer for m in plan.migrations if m.from_stage == layers.stage}
+    after |= {m.layer for m in plan.migrations if m.to_stage == layers.stage}
+    if sorted(after) != want:
+        raise RuntimeError(f"plan epoch {plan.epoch}: stage {layers.stage} holds layers "
+                           f"{sorted(after)} after its moves, the plan says {want}")
+    transfers = []
     for move in plan.migrations:
         if move.from_stage == layers.stage:
-            if move.layer not in held:
-                raise RuntimeError(f"plan epoch {plan.epoch} moves layer {move.layer} "
-                                   f"from stage {layers.stage}, which does not hold it")
-            moved += send_layer(held.pop(move.layer), optimizer,
-                                rank_of_stage(move.to_stage), group)
+            modules = [held[move.layer]]
         elif move.to_stage == layers.stage:
             with torch.random.fork_rng(devices=[]):
-                module = build_layer(move.layer)
-            moved += recv_layer(module, optimizer, rank_of_stage(move.from_stage), group)
-            held[move.layer] = module
-    want = list(plan.layers_of(layers.stage))
-    if sorted(held) != want:
-        raise RuntimeError(f"plan epoch {plan.epoch}: stage {layers.stage} holds layers "
-                           f"{sorted(held)} after its moves, the plan says {want}")
+                modules = [build_layer(move.layer)]
+        else:
+            continue
+        transfers.append(Transfer(move.layer, rank_of_stage(move.from_stage),
+                                  rank_of_stage(move.to_stage), modules, move.round))
+    rank = dist.get_rank()
+    device = next((p.device for m in held.values() for p in m.parameters()),
+                  _device_for_backend(str(dist.get_backend(group))))
+    done = migrate(transfers, optimizer, rank=rank, device=device, group=group,
+                   epoch=plan.epoch, timeout_s=timeout_s, lr_scheduler=lr_scheduler)
+    for move in plan.migrations:
+        if move.from_stage == layers.stage:
+            held.pop(move.layer)
+    for layer, modules in done.received.items():
+        held[layer] = modules[0]
     layers.first = want[0]
     layers.modules = nn.ModuleList(held[i] for i in want)
-    return moved
+    return done.bytes

@@ -14,8 +14,10 @@ cannot detach), so it covers input and weight gradients (reported as
 ``bwd_s``), or only the input gradient when a zero-bubble schedule defers
 the weight gradient. Several
 micro-batches add up; ``LayerTiming.calls`` says how many. On a GPU the
-hooks record CUDA events and ``collect`` synchronises once; on the CPU they
-read ``time.perf_counter_ns``. Optionally the bytes the autograd graph
+hooks record CUDA events, read without blocking once the device has passed
+them (``take`` an iteration's marks, ``timings`` when ``clock.done``: the
+per-iteration path never waits on the device; ``collect`` waits, for
+callers outside the loop); on the CPU they read ``time.perf_counter_ns``. Optionally the bytes the autograd graph
 saves during a module's forward (its stashed activations) are counted with
 ``torch.autograd.graph.saved_tensors_hooks``.
 
@@ -41,14 +43,26 @@ class LayerTiming:
 
 
 class _CpuClock:
+    """The host's monotonic clock: a mark is read when it is taken."""
+
     def mark(self):
         return time.perf_counter_ns()
+
+    def done(self, mark) -> bool:
+        return True
+
+    def wait(self, mark) -> None:
+        pass
 
     def seconds(self, pairs: List[Tuple[object, object]]) -> List[float]:
         return [(b - a) * 1e-9 for a, b in pairs]
 
 
 class _CudaClock:
+    """CUDA events on the current stream: a mark is known once the device
+    has passed it. ``done`` asks without blocking (``Event.query``);
+    ``seconds`` reads only marks that are done."""
+
     def __init__(self, device: torch.device) -> None:
         self.device = device
 
@@ -57,19 +71,43 @@ class _CudaClock:
         e.record(torch.cuda.current_stream(self.device))
         return e
 
+    def done(self, mark) -> bool:
+        return mark.query()
+
+    def wait(self, mark) -> None:
+        # host-sync(event): only for a caller that asks for its timings now
+        # (LayerTimer.collect) or a host more than CostMeter.MAX_LAG
+        # iterations ahead; waits for that mark, not for the device's queue.
+        mark.synchronize()
+
     def seconds(self, pairs: List[Tuple[object, object]]) -> List[float]:
-        torch.cuda.synchronize(self.device)
+        # host-sync(event): elapsed_time of events already done (query()
+        # returned True or wait() returned): no wait on the device.
         return [a.elapsed_time(b) * 1e-3 for a, b in pairs]
+
+
+@dataclasses.dataclass
+class Marks:
+    """One iteration's raw marks (``LayerTimer.take``), read later."""
+
+    fwd: Dict[int, List[Tuple[object, object]]]
+    bwd: Dict[int, List[Tuple[object, object]]]
+    saved: Dict[int, int]
+    latest: object = None  # the last mark taken: done means all are
+    extra: List[tuple] = dataclasses.field(default_factory=list)  # a caller's own pairs
+    iteration: int = -1
 
 
 class LayerTimer:
     """Times the modules it is attached to, per layer id."""
 
     def __init__(self, device: Optional[torch.device] = None,
-                 measure_activations: bool = True) -> None:
+                 measure_activations: bool = True, clock: Optional[object] = None) -> None:
         device = torch.device(device) if device is not None else torch.device("cpu")
-        # mark() / seconds(pairs); public so other work can be timed alike.
-        self.clock = _CudaClock(device) if device.type == "cuda" else _CpuClock()
+        # mark() / done(m) / wait(m) / seconds(pairs); public so other work
+        # can be timed alike (and a test can give a clock of its own).
+        self.clock = clock if clock is not None else (
+            _CudaClock(device) if device.type == "cuda" else _CpuClock())
         # Counting saved bytes runs a Python hook per saved tensor; a caller
         # may switch it off between samples (dynmo.pipelining does).
         self.measure_activations = measure_activations
@@ -83,6 +121,7 @@ class LayerTimer:
         self._open_bwd: Dict[int, List[object]] = {}
         self._saved: Dict[int, int] = {}
         self._saving: Dict[int, List[object]] = {}
+        self._latest: object = None
 
     def attach(self, modules: Mapping[int, Union[nn.Module, Sequence[nn.Module]]]) -> None:
         """Times exactly these modules from now on (drops earlier ones). A
@@ -103,19 +142,40 @@ class LayerTimer:
             h.remove()
         self._handles = []
 
-    def collect(self) -> Dict[int, LayerTiming]:
-        """The totals since the last collect, per layer id; starts anew."""
+    def mark(self):
+        """A mark of the timer's clock (tracked: ``take`` knows the latest)."""
+        m = self.clock.mark()
+        self._latest = m
+        return m
+
+    def take(self) -> Marks:
+        """The marks since the last ``take`` (nothing read); starts anew."""
+        out = Marks(self._fwd, self._bwd, self._saved, self._latest)
+        self._reset()
+        return out
+
+    def timings(self, marks: Marks) -> Dict[int, LayerTiming]:
+        """The totals of ``marks`` per layer id; the clock must be ``done``
+        with ``marks.latest``."""
         out: Dict[int, LayerTiming] = {}
-        for table, field in ((self._fwd, "fwd_s"), (self._bwd, "bwd_s")):
+        for table, field in ((marks.fwd, "fwd_s"), (marks.bwd, "bwd_s")):
             for layer, pairs in table.items():
                 t = out.setdefault(layer, LayerTiming())
                 setattr(t, field, sum(self.clock.seconds(pairs)))
                 if field == "fwd_s":
                     t.calls = len(pairs)
-        for layer, saved in self._saved.items():
+        for layer, saved in marks.saved.items():
             out.setdefault(layer, LayerTiming()).activation_bytes = saved
-        self._reset()
         return out
+
+    def collect(self) -> Dict[int, LayerTiming]:
+        """The totals since the last collect, per layer id; starts anew. On a
+        GPU it waits for the last mark: per-iteration code reads lagged
+        (``take``, then ``timings`` once ``clock.done``), as CostMeter does."""
+        marks = self.take()
+        if marks.latest is not None:
+            self.clock.wait(marks.latest)
+        return self.timings(marks)
 
     # ---- hooks -------------------------------------------------------------
 
@@ -134,13 +194,13 @@ class LayerTimer:
                 ctx = torch.autograd.graph.saved_tensors_hooks(self._pack(layer), _unpack)
                 ctx.__enter__()
                 self._saving.setdefault(layer, []).append(ctx)
-            self._open_fwd.setdefault(layer, []).append(self.clock.mark())
+            self._open_fwd.setdefault(layer, []).append(self.mark())
         return hook
 
     def _fwd_post(self, layer: int):
         def hook(module, args, output):
             start = self._open_fwd[layer].pop()
-            self._fwd.setdefault(layer, []).append((start, self.clock.mark()))
+            self._fwd.setdefault(layer, []).append((start, self.mark()))
             if self._saving.get(layer):
                 self._saving[layer].pop().__exit__(None, None, None)
             if torch.is_grad_enabled() and self._open_bwd.get(layer):
@@ -154,14 +214,14 @@ class LayerTimer:
     def _bwd_start(self, slot):
         def hook(grad):
             if slot["start"] is None:
-                slot["start"] = self.clock.mark()
+                slot["start"] = self.mark()
         return hook
 
     def _bwd_end(self, layer: int, slot):
         def hook(grad):
             if slot["start"] is not None and not slot["done"]:
                 slot["done"] = True
-                self._bwd.setdefault(layer, []).append((slot["start"], self.clock.mark()))
+                self._bwd.setdefault(layer, []).append((slot["start"], self.mark()))
         return hook
 
     def _pack(self, layer: int):
