@@ -1,6 +1,7 @@
 """Process bodies for test_pipelining.py: each runs on one Gloo rank
 (torch.multiprocessing.spawn) and writes what it saw to a JSON file per rank;
 the test compares runs."""
+import hashlib
 import json
 import os
 import sys
@@ -111,6 +112,8 @@ def train(rank, world, init_file, out_dir, cfg):
     c = lm.LlamaConfig(dim=32, n_layers=cfg.get("layers", 6), n_heads=4, n_kv_heads=2,
                        ffn_hidden=64, seq_len=16)
     model = lm.Transformer(c)
+    if cfg.get("tied"):  # tie_word_embeddings: the head is the embedding
+        model.output.weight = model.tok_embeddings.weight
     opt_name = cfg.get("optimizer", "adamw")
 
     def make_optimizer(params):
@@ -202,6 +205,15 @@ def train(rank, world, init_file, out_dir, cfg):
     for layer, mods in pipe.held_layers().items():
         state[layer] = sum(float(p.detach().double().sum()) for m in mods for p in m.parameters())
     record["weights"] = state
+    if cfg.get("tied"):  # each copy of the tied matrix this rank holds, by bytes
+        held = pipe.held_layers()
+        copies = []
+        if 0 in held:
+            copies.append(held[0][0].weight)
+        if pipe.layout.num_layers - 1 in held:
+            copies.append(held[pipe.layout.num_layers - 1][-1].weight)
+        record["tied"] = [hashlib.sha1(t.detach().numpy().tobytes()).hexdigest()
+                          for t in copies]
     record["opt_groups"] = len(pipe.optimizer.param_groups)
     if clock is not None:
         record["violations"] = clock.violations

@@ -226,3 +226,22 @@ def test_the_steady_state_iteration_never_waits_on_the_device():
         [r["lag"] for r in live]
     assert live[0]["plans"], "no plan applied from lagged costs"
     same_training(static_run(cfg, 2), live)
+
+
+@pytest.mark.parametrize("schedule,plans", [("1F1B", TWO_STAGES),
+                                            ("Interleaved1F1B", FOUR_STAGES)])
+def test_tied_embeddings_stay_one_parameter_across_stages(schedule, plans):
+    # tie_word_embeddings: layer 0's embedding and the last layer's head are
+    # one matrix. On two ranks each keeps a copy; their gradients are summed
+    # before every step, so the copies stay equal bit for bit and train as
+    # the one shared matrix does on a single rank.
+    cfg = dict(schedule=schedule, pp=2, steps=4, tied=True)
+    static = static_run(cfg, 2)
+    moved = run(dict(cfg, plans=plans), 2)
+    assert all(not r["errors"] for r in moved), [r["errors"] for r in moved]
+    same_training(static, moved)
+    copies = {h for r in moved for h in r["tied"]}
+    assert len(copies) == 1 and sum(len(r["tied"]) for r in moved) == 2
+    one_rank = run(dict(cfg, schedule="1F1B", pp=1), 1)  # one stage: no self-sends
+    for (k, d, a), (_, _, b) in zip(losses(one_rank), losses(moved)):
+        assert a == pytest.approx(b, rel=1e-5, abs=1e-6), k

@@ -62,6 +62,7 @@ from dynmo.pipelining.layout import ModelLayout, ModelParts
 from dynmo.pipelining.plan_check import plan_problem
 from dynmo.pipelining.schedules import (SPLIT_BACKWARD, V_STYLE, agent_schedule, canonical_name,
                                        schedule_class)
+from dynmo.pipelining.tied import TiedGradients, drop_unheld_copies, find_ties
 from dynmo.pipelining.topology import Topology
 from dynmo.torch.memory import device_memory
 from dynmo.torch.plan import agree_on_plan
@@ -179,9 +180,21 @@ class DynamicPipeline:
         self.released = False
         self.last_moved_bytes = 0
         held = [i for s in self.topology.local_stages() for i in self._range(s)]
+        # A parameter two layers share (tied embeddings) stays one parameter
+        # wherever the layers go (tied.py): each rank keeps its copy, the
+        # copies' gradients are summed before every optimizer step.
+        layer_modules = {i: [model.get_submodule(f) for f in self.layout.fqns(i)]
+                         for i in range(self.layout.num_layers)}
+        ties = find_ties(layer_modules)
+        drop_unheld_copies(layer_modules, held, ties)
         self.parts = ModelParts(model, self.layout, held, self.device)
-        self.optimizer = optimizer(self.parts.parameters())
+        self.optimizer = optimizer(_distinct(self.parts.parameters()))
         self.lr_scheduler = lr_scheduler(self.optimizer) if lr_scheduler else None
+        self._tied = TiedGradients(ties) if ties else None
+        if self._tied is not None:
+            self._regroup_ties()
+            self.optimizer.register_step_pre_hook(
+                lambda opt, args, kwargs: self._tied.sum(self.parts.held))
         if coordinator and not timing:
             raise ValueError("dynmo.pipelining: timing=False leaves the coordinator nothing to "
                              "decide from")
@@ -433,8 +446,10 @@ class DynamicPipeline:
         self.epoch = plan.epoch
         self.last_moved_bytes = moved
         if released:
-            was_here = bool(mine & released)
             topo.shrink(keep)
+        self._regroup_ties()  # collective: released ranks take part too
+        if released:
+            was_here = bool(mine & released)
             if was_here:
                 self._release()
                 return moved
@@ -443,6 +458,20 @@ class DynamicPipeline:
         return moved
 
     # ---- internals ---------------------------------------------------------
+
+    def _regroup_ties(self) -> None:
+        """The groups of the ranks holding each tied parameter's copies, for
+        the layout in force (collective over the world)."""
+        if self._tied is None:
+            return
+        topo = self.topology
+
+        def rank_of_layer(layer: int, replica: int) -> int:
+            position = next(s for s in range(len(self.stage_ids))
+                            if self.boundaries[s] <= layer < self.boundaries[s + 1])
+            return topo.global_rank(topo.pp_rank_of_stage(position), replica)
+
+        self._tied.regroup(rank_of_layer, topo.dp, topo.dp_rank)
 
     def _warm_job_group(self) -> None:
         """Builds the job group's communicator now, with every rank in it: a
@@ -551,3 +580,9 @@ class DynamicPipeline:
             torch.cuda.empty_cache()
         _log.info("dynmo.pipelining: rank %d released at epoch %d", self.topology.rank,
                   self.epoch)
+
+
+def _distinct(params: List[nn.Parameter]) -> List[nn.Parameter]:
+    """``params`` without repeats (a tied parameter a rank holds in two layers)."""
+    seen = set()
+    return [p for p in params if id(p) not in seen and not seen.add(id(p))]
