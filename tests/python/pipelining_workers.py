@@ -150,7 +150,12 @@ def train(rank, world, init_file, out_dir, cfg):
     plans = {int(k): v for k, v in cfg.get("plans", {}).items()}
     record["layers"] = pipe.layout.num_layers
     epoch = 0
-    for step in range(cfg["steps"]):
+    first = 0
+    if cfg.get("resume"):  # a restarted job: the newest complete checkpoint
+        from dynmo.pipelining import checkpoint
+        first = checkpoint.load(pipe, checkpoint.latest(cfg["resume"])) + 1
+        epoch = 100  # plans after a restart are new epochs
+    for step in range(first, cfg["steps"]):
         if step in plans:
             epoch += 1
             plan = make_plan(epoch, *plans[step])
@@ -201,6 +206,9 @@ def train(rank, world, init_file, out_dir, cfg):
             record["losses"].append([step, pipe.topology.dp_rank,
                                      [float(l.detach()) for l in losses]])
         record["boundaries"].append(list(pipe.boundaries))
+        if step == cfg.get("save_at"):
+            from dynmo.pipelining import checkpoint
+            checkpoint.save(pipe, cfg["save_root"], step)
     state = {}
     for layer, mods in pipe.held_layers().items():
         state[layer] = sum(float(p.detach().double().sum()) for m in mods for p in m.parameters())
