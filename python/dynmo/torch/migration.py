@@ -348,6 +348,7 @@ class _Receipt:
                     s[entry[0]] = torch.tensor(entry[3], dtype=entry[2])
                 else:
                     key, buf, on_cpu = next(received)
+                    # host-sync(event): a plan's CPU-resident state (offloaded), back home.
                     s[key] = buf.cpu() if on_cpu and buf.device.type != "cpu" else buf
             states.append(s)
         adopt_parameters(optimizer, self.params,
