@@ -52,3 +52,22 @@ def spawn_ranks(fn, make_args, nprocs, attempts=3):
             if (attempt + 1 == attempts or "connectFullMesh failed" not in text
                     or "init_process_group" not in text):
                 raise
+
+
+def run_ranks(fn, cfg, nprocs):
+    """``fn(rank, nprocs, init_file, out_dir, cfg)`` on ``nprocs`` spawned
+    ranks (``spawn_ranks``, each attempt in a fresh directory); the records
+    the ranks wrote to ``out_dir/rank<r>.json``, by rank."""
+    import json
+    import tempfile
+    with tempfile.TemporaryDirectory() as root:
+        dirs = []
+
+        def args(attempt):
+            dirs.append(os.path.join(root, str(attempt)))
+            os.makedirs(dirs[-1])
+            return (nprocs, os.path.join(dirs[-1], "init"), dirs[-1], cfg)
+
+        spawn_ranks(fn, args, nprocs)
+        return [json.load(open(os.path.join(dirs[-1], f"rank{r}.json")))
+                for r in range(nprocs)]

@@ -11,20 +11,11 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import pipelining_workers as w  # noqa: E402
-from conftest import spawn_ranks  # noqa: E402
+from conftest import run_ranks  # noqa: E402
 
 
 def run(cfg, world):
-    with tempfile.TemporaryDirectory() as root:
-        dirs = []
-
-        def args(attempt):
-            dirs.append(os.path.join(root, str(attempt)))
-            os.makedirs(dirs[-1])
-            return (world, os.path.join(dirs[-1], "init"), dirs[-1], cfg)
-
-        spawn_ranks(w.train, args, world)
-        return [json.load(open(os.path.join(dirs[-1], f"rank{r}.json"))) for r in range(world)]
+    return run_ranks(w.train, cfg, world)
 
 
 def losses(records):

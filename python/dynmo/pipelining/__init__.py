@@ -7,7 +7,8 @@ job's layers re-split live by the coordinator (docs/python.md).
                            coordinator="embedded")
 
 ``DynamicPipeline`` (pipeline.py) is the one entry; ``ModelLayout``
-(layout.py) says what a torchtitan-style model must look like;
+(layout.py) reads a model's pieces — torchtitan's layout and transformers
+causal LMs are recognised as they are (families.py), others are named;
 ``send_layer`` / ``recv_layer`` (``dynmo.torch.migration``, the one
 migration of both packages) move a layer with any optimizer's state; ``Topology`` (topology.py) places pp x dp ranks;
 ``CostMeter`` (cost_meter.py) measures the layers, ``JobLink``

@@ -75,9 +75,13 @@ _log = logging.getLogger("dynmo.pipelining")
 class DynamicPipeline:
     """One rank's part of a pipelined model that DynMo may re-split live.
 
-    ``model``: a torchtitan-style model (see ``ModelLayout``), the same
-    initial weights on every rank (build it under the same seed). The
-    constructor takes it apart; use ``pipe.stage_modules`` afterwards.
+    ``model``: the model as it is — torchtitan's or a transformers causal
+    LM's layout is recognised, another's pieces are named with ``blocks``,
+    ``first`` and ``last`` (dotted paths; see ``ModelLayout``) — with the
+    same initial weights on every rank (build it under the same seed). The
+    constructor takes it apart once it has built the pipeline (a model it
+    refuses, or a constructor that fails, keeps its modules); use
+    ``pipe.stage_modules`` afterwards.
     ``schedule``: a name ``get_schedule_class`` knows. ``stages_per_rank``:
     virtual stages per rank for multi-stage schedules (2 by default).
     ``boundaries``: the initial split over ``pp * stages_per_rank`` stages
@@ -104,9 +108,9 @@ class DynamicPipeline:
                  coordinator: Optional[str] = None, job: str = "pipelining",
                  policy: Optional[Dict[str, Any]] = None,
                  coordinator_flags: Sequence[str] = (), token_file: Optional[str] = None,
-                 tls_ca: Optional[str] = None, blocks: str = "layers",
-                 first: Sequence[str] = ("tok_embeddings",),
-                 last: Sequence[str] = ("norm", "output"),
+                 tls_ca: Optional[str] = None, blocks: Optional[str] = None,
+                 first: Optional[Sequence[str]] = None,
+                 last: Optional[Sequence[str]] = None,
                  measure_activations: bool = True, timing: bool = True,
                  speed_probe_every: int = 5, speed_probe_steady_every: int = 25,
                  planned_iterations: int = 0,
@@ -212,6 +216,7 @@ class DynamicPipeline:
                 device_index=self.device.index or 0, group=self.topology.control_group,
                 policy=policy or {}, flags=coordinator_flags, token_file=token_file,
                 tls_ca=tls_ca, planned_iterations=planned_iterations)
+        self.parts.take_apart(model)  # built: the user's model lets go of its layers
 
     # ---- what the user's loop reads ----------------------------------------
 

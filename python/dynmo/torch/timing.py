@@ -12,14 +12,17 @@ forward hooks register: no module backward hooks, which would turn the
 outputs into views that ``torch.distributed.pipelining``'s split backward
 cannot detach), so it covers input and weight gradients (reported as
 ``bwd_s``), or only the input gradient when a zero-bubble schedule defers
-the weight gradient. Several
-micro-batches add up; ``LayerTiming.calls`` says how many. On a GPU the
-hooks record CUDA events, read without blocking once the device has passed
-them (``take`` an iteration's marks, ``timings`` when ``clock.done``: the
-per-iteration path never waits on the device; ``collect`` waits, for
-callers outside the loop); on the CPU they read ``time.perf_counter_ns``. Optionally the bytes the autograd graph
-saves during a module's forward (its stashed activations) are counted with
-``torch.autograd.graph.saved_tensors_hooks``.
+the weight gradient. The input is the first tensor needing a gradient
+among the module's arguments, positional or keyword; the output the first
+of its result (a tensor, or a tuple, list or dict of them: a Hugging Face
+``ModelOutput`` is one). Several micro-batches add up;
+``LayerTiming.calls`` says how many. On a GPU the hooks record CUDA events,
+read without blocking once the device has passed them (``take`` an
+iteration's marks, ``timings`` when ``clock.done``: the per-iteration path
+never waits on the device; ``collect`` waits, for callers outside the
+loop); on the CPU they read ``time.perf_counter_ns``. Optionally the bytes
+the autograd graph saves during a module's forward (its stashed
+activations) are counted with ``torch.autograd.graph.saved_tensors_hooks``.
 
 A module whose input needs no gradient (an embedding fed token ids) has no
 backward end to observe; its backward time reads zero. Not thread-safe: the training thread.
@@ -133,8 +136,8 @@ class LayerTimer:
             parts = [module] if isinstance(module, nn.Module) else list(module)
             head, tail = parts[0], parts[-1]
             self._handles += [
-                head.register_forward_pre_hook(self._fwd_pre(layer)),
-                tail.register_forward_hook(self._fwd_post(layer)),
+                head.register_forward_pre_hook(self._fwd_pre(layer), with_kwargs=True),
+                tail.register_forward_hook(self._fwd_post(layer), with_kwargs=True),
             ]
 
     def detach(self) -> None:
@@ -180,13 +183,15 @@ class LayerTimer:
     # ---- hooks -------------------------------------------------------------
 
     def _fwd_pre(self, layer: int):
-        def hook(module, args):
+        def hook(module, args, kwargs):
             if torch.is_grad_enabled():
                 # This call's backward ends when the gradient of its input is
-                # known; it starts when its output's is (see _fwd_post).
+                # known; it starts when its output's is (see _fwd_post). The
+                # input is the first tensor that needs a gradient, passed by
+                # position or by keyword (``layer(hidden_states=h, ...)``).
                 slot = {"start": None, "done": False}
                 self._open_bwd.setdefault(layer, []).append(slot)
-                for t in _tensors(args):
+                for t in _tensors((args, kwargs)):
                     if t.requires_grad:
                         t.register_hook(self._bwd_end(layer, slot))
                         break
@@ -198,7 +203,7 @@ class LayerTimer:
         return hook
 
     def _fwd_post(self, layer: int):
-        def hook(module, args, output):
+        def hook(module, args, kwargs, output):
             start = self._open_fwd[layer].pop()
             self._fwd.setdefault(layer, []).append((start, self.mark()))
             if self._saving.get(layer):
@@ -236,9 +241,13 @@ def _unpack(t: torch.Tensor) -> torch.Tensor:
 
 
 def _tensors(value) -> List[torch.Tensor]:
-    """The tensors of a module's arguments or output (tensor, tuple, list)."""
+    """The tensors of a module's arguments or output, in order: a tensor, or
+    tuples, lists and dicts of them at any depth (keyword arguments; a
+    Hugging Face ``ModelOutput`` is a dict)."""
     if isinstance(value, torch.Tensor):
         return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
     if isinstance(value, (tuple, list)):
-        return [v for v in value if isinstance(v, torch.Tensor)]
+        return [t for v in value for t in _tensors(v)]
     return []
