@@ -14,6 +14,8 @@ absl::StatusOr<std::vector<torch::Tensor>> AllGatherVariable(Transport& transpor
   }
   torch::Tensor length = torch::full({1}, local.numel(), torch::kLong);
   std::vector<torch::Tensor> lengths;
+  // host-sync(event): pruning: the lengths of every rank, gathered to size the padded
+  //   all-gather
   if (absl::Status s = transport.AllGatherWorld(length, lengths); !s.ok()) return s;
   int64_t longest = 0;
   // host-sync(event): pruning: the gathered lengths size the padded all-gather
@@ -21,6 +23,7 @@ absl::StatusOr<std::vector<torch::Tensor>> AllGatherVariable(Transport& transpor
   torch::Tensor padded = torch::zeros({std::max<int64_t>(longest, 1)}, local.options());
   if (local.numel() > 0) padded.narrow(0, 0, local.numel()).copy_(local);
   std::vector<torch::Tensor> gathered;
+  // host-sync(event): pruning: the padded values, gathered
   if (absl::Status s = transport.AllGatherWorld(padded, gathered); !s.ok()) return s;
   std::vector<torch::Tensor> out;
   out.reserve(gathered.size());

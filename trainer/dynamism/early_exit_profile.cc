@@ -22,6 +22,9 @@ absl::Status EarlyExitProfile::AfterStep(int64_t iter, StageView& stage) {
     if (block == nullptr || block->exit_head() == nullptr) continue;
     v[owned.layer->id()] = static_cast<double>(block->exit_head()->TakeCounts().second);
   }
+  // host-sync(steady): every iteration with early exit on: the tokens that left at each
+  //   exit point, summed over the world for the exit profile (a CPU tensor, which NCCL
+  //   stages through the device)
   if (absl::Status s = stage.transport.AllReduceSumWorld(t); !s.ok()) return s;
   // In flight after l = in flight after l-1 minus those leaving at l.
   std::vector<double> profile(num_layers_, 1.0);

@@ -91,6 +91,8 @@ absl::Status Freezing::Check(int64_t iter, StageView& stage) {
     next[id] = std::move(now);
   }
   reference_ = std::move(next);
+  // host-sync(event): at a freezing check: the layers' relative changes, summed over the
+  //   world
   if (absl::Status s = stage.transport.AllReduceSumWorld(t); !s.ok()) return s;
   std::vector<double> change(num_layers_);
   std::vector<bool> known(num_layers_);

@@ -36,6 +36,7 @@ absl::StatusOr<GlobalThresholdResult> GlobalKeepThreshold(Transport& transport,
   torch::Tensor head = torch::zeros({2}, torch::kLong);
   head[0] = valid ? 0 : 1;
   head[1] = valid ? mags.numel() : 0;
+  // host-sync(event): a pruning step: the world's counts and input checks
   if (absl::Status s = transport.AllReduceSumWorld(head); !s.ok()) return s;
   // host-sync(event): a pruning step: the world-wide counts after their all-reduce
   if (head[0].item<int64_t>() > 0) {
@@ -68,6 +69,7 @@ absl::StatusOr<GlobalThresholdResult> GlobalKeepThreshold(Transport& transport,
     if (hist.numel() != (int64_t{1} << width)) {
       hist = torch::zeros({int64_t{1} << width}, torch::kLong);  // bincount of nothing
     }
+    // host-sync(event): a pruning step: one histogram round of the radix select
     if (absl::Status s = transport.AllReduceSumWorld(hist); !s.ok()) return s;
     const int64_t* h = hist.data_ptr<int64_t>();
     int64_t above = 0, bucket = -1;
@@ -85,6 +87,7 @@ absl::StatusOr<GlobalThresholdResult> GlobalKeepThreshold(Transport& transport,
     prefix = (prefix << width) | bucket;
     fixed += width;
     torch::Tensor in_bucket = digit.eq(bucket);
+    // host-sync(event): a pruning step: the entries left in the chosen bucket
     keys = keys.masked_select(in_bucket);
     values = values.masked_select(in_bucket);
     if (fixed == 32) {  // every entry left equals the answer

@@ -25,6 +25,9 @@ absl::Status ModLoadProfile::AfterStep(int64_t iter, StageView& stage) {
     v[0][owned.layer->id()] = static_cast<double>(seen);
     v[1][owned.layer->id()] = static_cast<double>(routed);
   }
+  // host-sync(steady): every iteration with MoD on: the tokens each router saw and ran,
+  //   summed over the world for the load profile (a CPU tensor, which NCCL stages through
+  //   the device)
   if (absl::Status s = stage.transport.AllReduceSumWorld(t); !s.ok()) return s;
   std::vector<double> profile(num_layers_, 1.0);
   for (int l = 0; l < num_layers_; ++l) {

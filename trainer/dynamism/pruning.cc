@@ -35,12 +35,14 @@ absl::StatusOr<GlobalPruneResult> PruneGlobally(StageView& stage, double sparsit
       magnitudes.push_back(m);
     }
   }
-  if (absl::Status s = stage.transport.AllReduceSumWorld(counts); !s.ok()) return s;
   // host-sync(event): a pruning step: the world-wide parameter counts
+  if (absl::Status s = stage.transport.AllReduceSumWorld(counts); !s.ok()) return s;
   r.prunable = counts[0].item<int64_t>();
   const int64_t stored = counts[1].item<int64_t>();
   r.keep = std::llround(static_cast<double>(r.prunable) * (1.0 - sparsity));
   if (r.keep >= stored) return r;  // already as sparse as the schedule asks
+  // host-sync(event): a pruning step: the stored magnitudes, to the CPU for the threshold's
+  //   radix select
   const torch::Tensor local = magnitudes.empty() ? torch::empty({0}, torch::kFloat)
                                                  : torch::cat(magnitudes).to(torch::kCPU);
   absl::StatusOr<GlobalThresholdResult> t =

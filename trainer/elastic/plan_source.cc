@@ -88,6 +88,9 @@ class AgentPlanSource : public PlanSource {
       v[1] = e;
       v[2] = e * e;
     }
+    // host-sync(steady): every iteration with a coordinator: the in-band agreement on the plan
+    //   epoch every rank holds (three doubles on the CPU, which NCCL stages through the
+    //   device and copies back)
     if (absl::Status s = transport.AllReduceSumWorld(t); !s.ok()) return s;
     if (!due) return std::nullopt;
     auto v = t.accessor<double, 1>();

@@ -28,6 +28,7 @@ absl::StatusOr<std::vector<uint32_t>> CheckReplicas(const ReshapeStep& step,
                                                     Transport& transport) {
   torch::Tensor t = torch::full({1}, static_cast<int64_t>(mine), torch::kLong);
   std::vector<torch::Tensor> all;
+  // host-sync(event): a re-shape: every rank's state checksum
   if (absl::Status s = transport.AllGatherWorld(t, all); !s.ok()) return s;
   std::vector<uint32_t> per_stage(static_cast<size_t>(step.to_pp()), 0);
   for (int p = 0; p < step.ranks(); ++p) {

@@ -56,6 +56,10 @@ void EarlyExitHead::Decide(const torch::Tensor& out, MicroBatchContext& ctx) {
   if (ctx.iteration < warmup_iters_) return;  // nobody exits yet
   // CALM's softmax response, with no gradient: it only decides.
   const torch::Tensor confidence = std::get<0>(log_probs.detach().max(-1)).exp();
+  // host-sync(steady): per exit point and micro-batch after the warm-up: how many tokens
+  //   leave is a dynamic shape (an unchanged mask is kept as it was, so the layers after it
+  //   run the full batch, bit for bit as before); SelectTokens above waits once already,
+  //   this second wait covers the exit head's projection
   const torch::Tensor leaving = a.flat.masked_select(confidence >= threshold_);
   const int64_t left = leaving.size(0);
   exited_ += left;
@@ -71,8 +75,11 @@ std::pair<int64_t, int64_t> EarlyExitHead::TakeCounts() {
   return counts;
 }
 
-torch::Tensor TokenMaskToWire(const torch::Tensor& active, int64_t b, int64_t t) {
-  if (!active.defined()) return torch::ones({b, t}, torch::kUInt8);
+torch::Tensor TokenMaskToWire(const torch::Tensor& active, int64_t b, int64_t t,
+                              torch::Device device) {
+  if (!active.defined()) {
+    return torch::ones({b, t}, torch::TensorOptions(torch::kUInt8).device(device));
+  }
   return active.to(torch::kUInt8).contiguous();
 }
 

@@ -75,9 +75,11 @@ class EarlyExitHead : public torch::nn::Module {
   int64_t exited_ = 0;
 };
 
-// The mask on the wire between stages: [B, T] uint8, all ones when
-// `active` is undefined; and back (undefined again when all ones).
-torch::Tensor TokenMaskToWire(const torch::Tensor& active, int64_t b, int64_t t);
+// The mask on the wire between stages: [B, T] uint8, all ones (made on
+// `device`, so no copy from host memory) when `active` is undefined; and
+// back (undefined again when all ones).
+torch::Tensor TokenMaskToWire(const torch::Tensor& active, int64_t b, int64_t t,
+                              torch::Device device = torch::kCPU);
 torch::Tensor TokenMaskFromWire(const torch::Tensor& wire);
 
 }  // namespace dynmo::trainer

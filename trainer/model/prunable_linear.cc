@@ -68,6 +68,7 @@ torch::Tensor PrunableLinearImpl::StoredMagnitudes() const {
     case Form::kTorchCsr:
       return weight.abs().contiguous();
     case Form::kMasked:
+      // host-sync(event): a pruning step: the kept weights' magnitudes (read only then)
       return weight.abs().masked_select(mask_);
     case Form::kDense:
       break;

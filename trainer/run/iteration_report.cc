@@ -98,6 +98,9 @@ absl::Status IterationReporter::Gather(int64_t iter, PipelineStage& stage,
     // Never blocks; a rejected sample only costs the coordinator data.
     (void)agent->ReportIteration(sample);
   }
+  // host-sync(steady): once per iteration: the summary (loss, per-layer times and bytes,
+  //   memory) summed over the world for the log and the coordinator (a CPU tensor, which
+  //   NCCL stages through the device and copies back)
   return transport.AllReduceSumWorld(summary_);
 }
 

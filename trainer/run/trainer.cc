@@ -108,6 +108,7 @@ absl::Status StartAgent(const TrainerConfig& config, const DistEnv& env,
       link->embedded = *std::move(started);
       port.accessor<double, 1>()[0] = link->embedded->port();
     }
+    // host-sync(event): once at start: rank 0's embedded coordinator port, to every rank
     if (absl::Status s = transport.AllReduceSumWorld(port); !s.ok()) return s;
     address = absl::StrCat("127.0.0.1:", static_cast<int>(port.accessor<double, 1>()[0]));
   }

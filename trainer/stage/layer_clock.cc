@@ -49,6 +49,10 @@ void LayerClock::Stop(const Span& span, double* slot) {
 
 void LayerClock::Collect() {
   if (cuda_ && used_ > 0) {
+    // host-sync(steady): once per iteration, after the stage queued its optimizer step, and
+    //   once per speed probe: every span's seconds for this iteration's report (elapsedTime
+    //   waits no more once the last event is done). The report's world all-reduce waits at
+    //   the same point, so reading the events an iteration late would save nothing yet.
     events_[used_ - 1].synchronize();
     for (const Pending& p : pending_) {
       *p.slot += events_[p.start].elapsedTime(events_[p.stop]) / 1e3;  // ms

@@ -137,7 +137,7 @@ torch::Tensor PipelineStage::TokensOnDevice(std::vector<int64_t>& data) const {
 
 torch::Tensor PipelineStage::OutgoingMask(int mb) const {
   return TokenMaskToWire(in_flight_[mb].context.token_active, config_.micro_batch,
-                         config_.model.seq_len);
+                         config_.model.seq_len, device_);
 }
 
 torch::Tensor PipelineStage::ActivationBuffer() const {
@@ -188,11 +188,18 @@ absl::Status PipelineStage::RunIteration(int64_t iter, StageIterationStats* stat
                     timed ? static_cast<StageOps&>(*timed) : observed);
   }
   if (!s.ok()) return s;
-  // One read of the device per iteration: every clock and the loss.
+  // The all-reduce and the optimizer step are queued before the host reads
+  // the device (below), so the device runs them while the host waits.
+  if (s = AverageGradientsOverDataParallel(); s.ok()) {
+    for (OwnedLayer& owned : layers_) owned.optimizer->step();
+  }
+  // One read of the device per iteration: every clock and the loss (even
+  // when the all-reduce failed: the clocks' slots include this frame's).
   clock_.Collect();
+  if (!s.ok()) return s;
   FinishGradientSplit(stats);
-  // host-sync(steady): once per iteration: the loss for the log and the report (with the one read
-  //   of the clocks just above)
+  // host-sync(steady): once per iteration, after the step is queued: the loss for the log and
+  //   the report (with the one read of the clocks just above)
   if (is_last()) stats->loss_sum = loss_sum_.item<double>();
   if (!config_.profile_layers && !layers_.empty()) {
     // Without per-layer clocks the stage's passes are spread evenly.
@@ -200,8 +207,6 @@ absl::Status PipelineStage::RunIteration(int64_t iter, StageIterationStats* stat
     stats->forward_s.assign(layers_.size(), forward_pass_s / n);
     stats->backward_s.assign(layers_.size(), backward_pass_s / n);
   }
-  if (s = AverageGradientsOverDataParallel(); !s.ok()) return s;
-  for (OwnedLayer& owned : layers_) owned.optimizer->step();
   in_flight_.clear();
   for (auto& d : dynamisms_) {
     if (s = d->AfterStep(iter, view); !s.ok()) return s;

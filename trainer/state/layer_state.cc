@@ -336,6 +336,8 @@ torch::Tensor EncodeLayerState(const LayerState& state) {
   std::memcpy(p, text.data(), header_len);
   p += header_len;
   for (const Entry& e : entries) {
+    // host-sync(event): a checkpoint or a re-shape's checksum: the layer's tensors into one
+    //   byte blob on the host
     const torch::Tensor t = e.value->to(torch::kCPU).contiguous();
     const int64_t n = Bytes(t);
     if (n > 0) std::memcpy(p, t.data_ptr(), n);

@@ -62,7 +62,7 @@ from dynmo.pipelining.layout import ModelLayout, ModelParts
 from dynmo.pipelining.plan_check import plan_problem
 from dynmo.pipelining.schedules import (SPLIT_BACKWARD, V_STYLE, agent_schedule, canonical_name,
                                        schedule_class)
-from dynmo.pipelining.tied import TiedGradients, drop_unheld_copies, find_ties
+from dynmo.pipelining.tied import TiedGradients, find_ties
 from dynmo.pipelining.topology import Topology
 from dynmo.torch.memory import device_memory
 from dynmo.torch.plan import agree_on_plan
@@ -190,7 +190,6 @@ class DynamicPipeline:
         layer_modules = {i: [model.get_submodule(f) for f in self.layout.fqns(i)]
                          for i in range(self.layout.num_layers)}
         ties = find_ties(layer_modules)
-        drop_unheld_copies(layer_modules, held, ties)
         self.parts = ModelParts(model, self.layout, held, self.device)
         self.optimizer = optimizer(_distinct(self.parts.parameters()))
         self.lr_scheduler = lr_scheduler(self.optimizer) if lr_scheduler else None

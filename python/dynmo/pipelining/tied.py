@@ -15,7 +15,6 @@ moves a copy like any tensor (values and optimizer state); ``regroup``
 follows the layout after every plan.
 
     ties = find_ties(layer_modules)              # before taking the model apart
-    drop_unheld_copies(layer_modules, held, ties)
     tied = TiedGradients(ties)
     tied.regroup(rank_of_layer, replicas, dp_rank, rank)   # collective (new_group)
     optimizer.register_step_pre_hook(lambda *a: tied.sum(held_layers))
@@ -65,23 +64,6 @@ def find_ties(layer_modules: Dict[int, Sequence[nn.Module]]) -> List[Tie]:
 def _owner(module: nn.Module, path: str) -> Tuple[nn.Module, str]:
     prefix, _, leaf = path.rpartition(".")
     return (module.get_submodule(prefix) if prefix else module), leaf
-
-
-def drop_unheld_copies(layer_modules: Dict[int, Sequence[nn.Module]], held: Sequence[int],
-                       ties: Sequence[Tie]) -> None:
-    """Gives every slot of a layer this rank does not hold a parameter of
-    its own on the meta device, so that moving the unheld layers to meta
-    leaves the held copy's values alone."""
-    held = set(held)
-    for tie in ties:
-        for layer, index, path in tie.slots:
-            if layer in held:
-                continue
-            owner, leaf = _owner(layer_modules[layer][index], path)
-            p = getattr(owner, leaf)
-            setattr(owner, leaf, nn.Parameter(torch.empty(p.shape, dtype=p.dtype,
-                                                          device="meta"),
-                                              requires_grad=p.requires_grad))
 
 
 class TiedGradients:
