@@ -2,6 +2,7 @@
 (torch.multiprocessing.spawn), trains one library's own model class passed
 to DynamicPipeline as it is, first statically and then with plans applied,
 and writes both runs to a JSON file per rank."""
+import hashlib
 import json
 import os
 
@@ -27,11 +28,13 @@ def build(kind):
         return model
     import transformers
     kinds = {"hf-llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM, "eager"),
-             "hf-qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM, "sdpa")}
+             "hf-qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM, "sdpa"),
+             "hf-qwen2-tied": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM, "sdpa")}
     config_cls, model_cls, attention = kinds[kind]
+    tied = kind.endswith("-tied")
     config = config_cls(vocab_size=VOCAB, hidden_size=32, intermediate_size=64,
                         num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
-                        max_position_embeddings=SEQ, tie_word_embeddings=False,
+                        max_position_embeddings=SEQ, tie_word_embeddings=tied,
                         attn_implementation=attention)
     return model_cls(config)
 
@@ -74,6 +77,11 @@ def train(rank, world, init_file, out_dir, cfg):
                                       for m in mods for p in m.parameters())
                            for layer, mods in pipe.held_layers().items()}
         seen["layers"] = pipe.layout.num_layers
+        held = pipe.held_layers()  # the tied matrix's copies here, by bytes
+        ends = [held[0][0]] if 0 in held else []
+        ends += [held[seen["layers"] - 1][-1]] if seen["layers"] - 1 in held else []
+        seen["tied"] = [hashlib.sha1(m.weight.detach().numpy().tobytes()).hexdigest()
+                        for m in ends] if cfg["model"].endswith("-tied") else []
         seen["family"] = pipe.layout.family.name
         pipe.close()
         record[run] = seen

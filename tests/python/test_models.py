@@ -243,7 +243,8 @@ TWO_STAGES_PER_RANK = dict(schedule="Interleaved1F1B", boundaries=[0, 3, 4, 5, 6
                                   "2": [[0, 1, 2, 4, 6], [0, 2, 3, 5, 6]]})
 MODELS = [("torchtitan-llama3", "torchtitan.models.llama3", "torchtitan"),
           ("hf-llama", "transformers", "transformers LlamaForCausalLM"),
-          ("hf-qwen2", "transformers", "transformers Qwen2ForCausalLM")]
+          ("hf-qwen2", "transformers", "transformers Qwen2ForCausalLM"),
+          ("hf-qwen2-tied", "transformers", "transformers Qwen2ForCausalLM")]
 
 
 @pytest.mark.parametrize("model,package,family", MODELS, ids=[m[0] for m in MODELS])
@@ -272,3 +273,6 @@ def test_a_model_passed_as_it_is_trains_bit_identically_through_plans(model, pac
     # fed token ids, has none to time).
     timed = sorted(i for r in moved for i in r["backward_timed"])
     assert timed == list(range(1, moved[0]["layers"]))
+    if model.endswith("-tied"):  # tie_word_embeddings: one matrix, two copies, equal
+        copies = [h for r in moved for h in r["tied"]]
+        assert len(copies) == 2 and len(set(copies)) == 1
