@@ -48,19 +48,44 @@ def test_layer_timer_ignores_no_grad_activations():
 
 def test_layer_memory_counts_params_grads_and_adamw_state():
     m = nn.Linear(4, 3)  # 15 parameters in two tensors
-    assert dt.layer_memory(m) == (15, 60)
+    # The gradient counts before the first backward allocates it: the peak holds it.
+    assert dt.layer_memory(m) == (15, 120)
     opt = torch.optim.AdamW(m.parameters())
     m(torch.randn(2, 4)).sum().backward()
-    assert dt.layer_memory(m, opt) == (15, 120)  # + grads
+    assert dt.layer_memory(m, opt) == (15, 120)
     opt.step()
     opt.zero_grad(set_to_none=True)
-    # params + exp_avg + exp_avg_sq + two float32 steps
-    assert dt.layer_memory(m, opt) == (15, 60 * 3 + 8)
+    # params + grads (freed, back at the next backward) + exp_avg + exp_avg_sq
+    # + two float32 steps
+    assert dt.layer_memory(m, opt) == (15, 60 * 4 + 8)
+
+
+def test_resident_bytes_counts_one_gradient_per_trainable_parameter_and_tied_ones_once():
+    from dynmo.torch.memory import resident_bytes
+    torch.manual_seed(0)
+    a, b = nn.Linear(4, 3), nn.Linear(3, 3)  # 60 + 48 bytes of parameters
+    bn = nn.BatchNorm1d(3)  # 24 bytes of weight and bias, 24 + 8 of buffers
+    bn.weight.requires_grad_(False)  # frozen: no gradient
+    opt = torch.optim.AdamW(list(a.parameters()) + list(b.parameters()) + [bn.bias])
+    bn(b(a(torch.randn(2, 4)))).sum().backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)  # every .grad is None now
+    assert all(p.grad is None for m in (a, b, bn) for p in m.parameters())
+    adam = 2 * (60 + 48 + 12) + 4 * 5  # exp_avg, exp_avg_sq; a float32 step per tensor
+    assert resident_bytes([a, b, bn], opt) == (60 + 48) * 2 + 24 + 12 + 32 + adam
+    # Without the optimizer, in the cost meter's argument order.
+    assert resident_bytes([a, b], None) == (60 + 48) * 2
+    # A parameter tied between two modules is held once.
+    tied = nn.Linear(4, 4, bias=False)
+    head = nn.Linear(4, 4, bias=False)
+    head.weight = tied.weight
+    assert resident_bytes([tied, head]) == 64 * 2
 
 
 def test_honest_gpu_memory_matches_the_trainers_arithmetic():
     from dynmo.torch.memory import device_memory, honest_rank_memory, ranks_sharing_device
     gib = 1 << 30
+    # The round-robin fallback (no process group to exchange UUIDs over).
     assert ranks_sharing_device(8, 8, 3) == 1
     assert ranks_sharing_device(4, 1, 0) == 4
     assert ranks_sharing_device(5, 2, 0) == 3
@@ -74,11 +99,110 @@ def test_honest_gpu_memory_matches_the_trainers_arithmetic():
     assert device_memory(torch.device("cpu")) == (0, 0)
 
 
+def test_ranks_on_same_device_counts_the_ranks_with_this_ranks_uuid():
+    from dynmo.torch.memory import ranks_on_same_device
+    # Slurm's --gpus-per-task=1: four ranks, each sees its own GPU as cuda:0.
+    slurm = ["GPU-a", "GPU-b", "GPU-c", "GPU-d"]
+    assert [ranks_on_same_device(slurm, r) for r in range(4)] == [1, 1, 1, 1]
+    assert [ranks_on_same_device(["GPU-a", "GPU-a"], r) for r in range(2)] == [2, 2]
+    # Two nodes: 3 ranks on one GPU, 1 alone, 2 on another; CPU ranks ("").
+    mixed = ["GPU-a", "GPU-a", "GPU-b", "GPU-a", "GPU-c", "GPU-c", "", ""]
+    assert [ranks_on_same_device(mixed, r) for r in range(8)] == [3, 3, 1, 3, 2, 2, 1, 1]
+    assert ranks_on_same_device([], 0) == 1
+    assert ranks_on_same_device(["GPU-a"], 3) == 1
+
+
+def test_device_uuids_are_exchanged_through_the_store_by_every_rank():
+    import datetime
+    import threading
+    import torch.distributed as dist
+    from dynmo.torch.memory import exchange_device_uuids, ranks_on_same_device
+    store = dist.PrefixStore("default_pg", dist.HashStore())  # as init_process_group's
+    uuids = ["GPU-a", "GPU-b", "GPU-b", "GPU-c"]
+    seen = {}
+
+    def rank(r):
+        seen[r] = exchange_device_uuids(store, r, 4, uuids[r], datetime.timedelta(seconds=30))
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in (3, 1, 0, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert seen == {r: uuids for r in range(4)}
+    assert [ranks_on_same_device(seen[r], r) for r in range(4)] == [1, 2, 2, 1]
+    # A rank that never publishes is a store timeout, not a hang.
+    with pytest.raises(dist.DistStoreError):
+        exchange_device_uuids(dist.HashStore(), 0, 2, "GPU-a", datetime.timedelta(seconds=0.2))
+
+
+def _fake_cuda(monkeypatch, uuid, visible):
+    import types
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda index: types.SimpleNamespace(uuid=uuid))
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: visible)
+
+
+def test_device_sharing_by_uuid_under_per_task_binding_is_learned_once(monkeypatch):
+    import torch.distributed as dist
+    from dynmo.torch import memory
+    monkeypatch.setattr(memory, "_sharing", {})
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    # Rank 1 of 2 on one node, each bound to its own GPU, both seeing it as
+    # cuda:0: round robin would say 2 ranks share cuda:0; the UUIDs say 1.
+    store = dist.HashStore()
+    store.set("dynmo/device_uuid/0", "GPU-a")
+    monkeypatch.setattr(memory, "_default_store", lambda: (store, 1, 2))
+    _fake_cuda(monkeypatch, "GPU-b", visible=1)
+    assert memory.ranks_sharing_device(2, 1, 0) == 2
+    assert memory.device_sharing(0) == 1
+    assert store.get("dynmo/device_uuid/1") == b"GPU-b"
+    # Learned once: no second exchange.
+    monkeypatch.setattr(memory, "_default_store", lambda: pytest.fail("exchanged twice"))
+    assert memory.device_sharing(0) == 1
+    # Two ranks on one GPU.
+    monkeypatch.setattr(memory, "_sharing", {})
+    monkeypatch.setattr(memory, "_default_store", lambda: (store, 1, 2))
+    _fake_cuda(monkeypatch, "GPU-a", visible=1)
+    assert memory.device_sharing(0) == 2
+
+
+def test_device_sharing_without_a_process_group_falls_back_to_round_robin_warning_once(
+        monkeypatch, caplog):
+    from dynmo.torch import memory
+    monkeypatch.setattr(memory, "_sharing", {})
+    monkeypatch.setattr(memory, "_warned_fallback", False)
+    monkeypatch.setattr(memory, "_default_store", lambda: None)
+    _fake_cuda(monkeypatch, "GPU-a", visible=2)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "5")
+    with caplog.at_level("WARNING", logger="dynmo.torch.memory"):
+        assert memory.device_sharing(0) == 3  # local ranks 0, 2, 4
+        assert memory.device_sharing(1, local_world_size=4) == 2
+    assert sum("round-robin" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_the_default_process_groups_store_carries_the_exchange(tmp_path):
+    import datetime
+    import torch.distributed as dist
+    from dynmo.torch import memory
+    assert memory._default_store() is None
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/pg", rank=0,
+                            world_size=1)
+    try:
+        store, rank, world = memory._default_store()
+        assert (rank, world) == (0, 1)
+        assert memory.exchange_device_uuids(store, 0, 1, "GPU-a",
+                                            datetime.timedelta(seconds=10)) == ["GPU-a"]
+    finally:
+        dist.destroy_process_group()
+
+
 def test_layer_costs_are_per_micro_batch():
     m = {3: nn.Linear(2, 2)}
     timings = {3: dt.timing.LayerTiming(fwd_s=0.4, bwd_s=0.8, calls=4, activation_bytes=64)}
     [c] = dt.layer_costs(timings, m, microbatches=4)
-    assert c == dynmo.LayerCost(layer=3, fwd_s=0.1, bwd_s=0.2, params=6, resident_bytes=24,
+    # resident: 6 float32 parameters and their gradients
+    assert c == dynmo.LayerCost(layer=3, fwd_s=0.1, bwd_s=0.2, params=6, resident_bytes=48,
                                 activation_bytes=16)
     [c] = dt.layer_costs({}, m)
     assert c.fwd_s == 0 and c.params == 6

@@ -1,7 +1,10 @@
 // Honest GPU memory (trainer/comm/device_share.h): the ranks sharing a
-// device, capacity divided among them, and "used" as the reserved peak plus
-// a share of what no caching allocator tracks.
+// device (by UUID, else round robin), capacity divided among them, and
+// "used" as the reserved peak plus a share of what no caching allocator
+// tracks.
 #include "trainer/comm/device_share.h"
+
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -10,7 +13,49 @@ namespace {
 
 constexpr int64_t kGiB = int64_t{1} << 30;
 
-TEST(DeviceShareTest, LocalRanksSpreadRoundRobinOverTheVisibleDevices) {
+// A UUID whose bytes are all `b` (0: unknown).
+DeviceUuid Uuid(uint8_t b) {
+  DeviceUuid u;
+  u.fill(b);
+  return u;
+}
+
+std::vector<int> SharingOfEveryRank(const std::vector<DeviceUuid>& uuids) {
+  std::vector<int> out;
+  for (int r = 0; r < static_cast<int>(uuids.size()); ++r) {
+    out.push_back(RanksOnSameDevice(uuids, r));
+  }
+  return out;
+}
+
+TEST(DeviceShareTest, PerTaskBindingGivesEveryRankItsOwnGpuThoughEachSeesCuda0) {
+  // Slurm's --gpus-per-task=1: four ranks on a node, four GPUs, each rank
+  // sees one device, index 0. Round robin would put all four on cuda:0.
+  EXPECT_EQ(RanksSharingDevice(4, 1, 0), 4);
+  EXPECT_EQ(SharingOfEveryRank({Uuid(1), Uuid(2), Uuid(3), Uuid(4)}),
+            (std::vector<int>{1, 1, 1, 1}));
+}
+
+TEST(DeviceShareTest, RanksWithTheSameUuidShareTheDevice) {
+  EXPECT_EQ(SharingOfEveryRank({Uuid(7), Uuid(7)}), (std::vector<int>{2, 2}));
+  // Two nodes: three ranks on one GPU, one alone, two on another, and two
+  // CPU ranks (no UUID), which share nothing.
+  EXPECT_EQ(SharingOfEveryRank({Uuid(1), Uuid(1), Uuid(2), Uuid(1), Uuid(3), Uuid(3), Uuid(0),
+                                Uuid(0)}),
+            (std::vector<int>{3, 3, 1, 3, 2, 2, 1, 1}));
+  // UUIDs that differ in one byte are different devices.
+  DeviceUuid other = Uuid(1);
+  other[15] = 2;
+  EXPECT_EQ(SharingOfEveryRank({Uuid(1), other}), (std::vector<int>{1, 1}));
+  EXPECT_FALSE(IsKnown(Uuid(0)));
+  EXPECT_TRUE(IsKnown(other));
+  // Nonsense in, one rank out.
+  EXPECT_EQ(RanksOnSameDevice({}, 0), 1);
+  EXPECT_EQ(RanksOnSameDevice({Uuid(1)}, 1), 1);
+  EXPECT_EQ(RanksOnSameDevice({Uuid(1)}, -1), 1);
+}
+
+TEST(DeviceShareTest, WithoutUuidsLocalRanksSpreadRoundRobinOverTheVisibleDevices) {
   EXPECT_EQ(RanksSharingDevice(8, 8, 3), 1);   // one rank per GPU
   EXPECT_EQ(RanksSharingDevice(4, 1, 0), 4);   // four ranks on one GPU
   EXPECT_EQ(RanksSharingDevice(5, 2, 0), 3);   // ranks 0, 2, 4

@@ -1,18 +1,28 @@
-// Device placement (trainer/comm/device.h) and per-layer clocks
-// (trainer/stage/layer_clock.h). What needs a GPU runs only where LibTorch sees
+// Device placement and sharing (trainer/comm/device.h), per-layer clocks
+// (trainer/stage/layer_clock.h) and a layer's resident bytes
+// (trainer/stage/stage_memory.h). What needs a GPU runs only where LibTorch sees
 // one and is skipped with a message elsewhere (CI has none); the rest runs
 // on every machine.
 #include <time.h>
 #include <torch/cuda.h>
 
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+
 #include <cstdlib>
+#include <functional>
+#include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "trainer/comm/device.h"
+#include "trainer/comm/process_group_transport.h"
 #include "trainer/stage/layer_clock.h"
+#include "trainer/stage/stage_memory.h"
 #include "trainer/state/layer_state.h"
 
 namespace dynmo::trainer {
@@ -82,6 +92,97 @@ TEST(DeviceTest, CpuHasNoAllocatorBytes) {
   const DeviceMemory m = ReadDeviceMemory(torch::Device(torch::kCPU));
   EXPECT_EQ(m.allocated_bytes, 0);
   EXPECT_EQ(m.total_bytes, 0);
+}
+
+// Runs body(rank, transport) on every rank of a Gloo world of `n` at once,
+// one thread per rank over one in-process store.
+void OnGlooWorld(int n, const std::function<void(int, Transport&)>& body) {
+  auto backend = std::make_shared<ProcessGroupBackend>();
+  backend->name = "gloo";
+  auto options = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(30));
+  options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+  backend->make_group = [options](c10::intrusive_ptr<c10d::Store> s, int rank, int size) {
+    return c10::make_intrusive<c10d::ProcessGroupGloo>(std::move(s), rank, size, options);
+  };
+  backend->timeout = std::chrono::seconds(30);
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  auto run = [&](int rank) {
+    absl::StatusOr<std::unique_ptr<Transport>> t =
+        ConnectProcessGroups(backend, store, -1, rank, n, 1, 0);
+    ASSERT_TRUE(t.ok()) << t.status();
+    body(rank, **t);
+  };
+  std::vector<std::thread> peers;
+  for (int r = 1; r < n; ++r) peers.emplace_back(run, r);
+  run(0);
+  for (std::thread& p : peers) p.join();
+}
+
+TEST(DeviceTest, EveryRanksUuidIsGatheredInRankOrder) {
+  // Ranks 0 and 1 on one GPU, rank 2 on another: what each rank learns.
+  auto uuid = [](int rank) {
+    DeviceUuid u{};
+    u[0] = rank < 2 ? 0xA1 : 0xB2;
+    u[15] = 0x5C;
+    return u;
+  };
+  std::vector<std::vector<DeviceUuid>> seen(3);
+  std::vector<int> sharing(3, 0), cpu_sharing(3, 0);
+  OnGlooWorld(3, [&](int rank, Transport& transport) {
+    absl::StatusOr<std::vector<DeviceUuid>> all = GatherDeviceUuids(uuid(rank), transport);
+    ASSERT_TRUE(all.ok()) << all.status();
+    seen[rank] = *all;
+    sharing[rank] = RanksOnSameDevice(*all, rank);
+    // The trainer's call: on the cpu it shares nothing, but still takes part.
+    absl::StatusOr<int> cpu = RanksSharingThisDevice(torch::Device(torch::kCPU), transport);
+    ASSERT_TRUE(cpu.ok()) << cpu.status();
+    cpu_sharing[rank] = *cpu;
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(seen[r], (std::vector<DeviceUuid>{uuid(0), uuid(1), uuid(2)})) << "rank " << r;
+  }
+  EXPECT_EQ(sharing, (std::vector<int>{2, 2, 1}));
+  EXPECT_EQ(cpu_sharing, (std::vector<int>{1, 1, 1}));
+  EXPECT_FALSE(IsKnown(ReadDeviceUuid(torch::Device(torch::kCPU))));
+  EXPECT_EQ(ReadRankMemory(torch::Device(torch::kCPU), 2).capacity_bytes, 0);
+}
+
+TEST(DeviceTest, TheCudaRuntimeNamesEveryVisibleGpuApart) {
+  SKIP_WITHOUT_CUDA();
+  std::vector<DeviceUuid> uuids;
+  for (int i = 0; i < static_cast<int>(torch::cuda::device_count()); ++i) {
+    uuids.push_back(ReadDeviceUuid(torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(i))));
+    EXPECT_TRUE(IsKnown(uuids.back())) << "cuda:" << i;
+  }
+  for (int i = 0; i < static_cast<int>(uuids.size()); ++i) {
+    EXPECT_EQ(RanksOnSameDevice(uuids, i), 1) << "cuda:" << i;
+  }
+}
+
+int64_t Bytes(const torch::Tensor& t) { return t.numel() * t.element_size(); }
+
+TEST(StageMemoryTest, ResidentBytesHoldTheGradientsAZeroGradFreed) {
+  OwnedLayer owned = MakeOwnedLayer(TinyConfig("cpu"), 1);  // a decoder block
+  int64_t params = 0, buffers = 0;
+  for (const torch::Tensor& p : owned.layer->parameters()) params += Bytes(p);
+  for (const torch::Tensor& b : owned.layer->buffers()) buffers += Bytes(b);
+  ASSERT_GT(params, 0);
+  // Before the first backward no gradient is allocated: counted all the same.
+  EXPECT_EQ(LayerResidentBytes(owned), 2 * params + buffers);
+
+  torch::manual_seed(3);
+  MicroBatchContext ctx;
+  owned.layer->Forward(torch::randn({2, 8, 16}), ctx).pow(2).mean().backward();
+  EXPECT_EQ(LayerResidentBytes(owned), 2 * params + buffers) << "allocated now";
+  owned.optimizer->step();
+  owned.optimizer->zero_grad();  // set_to_none: every gradient freed
+  for (const torch::Tensor& p : owned.layer->parameters()) ASSERT_FALSE(p.grad().defined());
+  // + exp_avg and exp_avg_sq per parameter (AdamW's step is not a tensor).
+  EXPECT_EQ(LayerResidentBytes(owned), 4 * params + buffers);
+
+  // A frozen parameter has no gradient to hold.
+  for (torch::Tensor& p : owned.layer->parameters()) p.set_requires_grad(false);
+  EXPECT_EQ(LayerResidentBytes(owned), 3 * params + buffers);
 }
 
 // Work between Start and Stop shows up in the slot; no bound on how much.

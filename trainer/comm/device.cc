@@ -3,11 +3,21 @@
 #include <ATen/DeviceAccelerator.h>
 #include <torch/cuda.h>
 
+// DYNMO_WITH_CUDA_RUNTIME: defined on this file when LibTorch has CUDA
+// (trainer/CMakeLists.txt); its cudart is linked then.
+#ifdef DYNMO_WITH_CUDA_RUNTIME
+#include <cuda_runtime_api.h>
+#endif
+
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
+#include <iostream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "trainer/comm/dist_env.h"
+#include "trainer/comm/transport.h"
 
 namespace dynmo::trainer {
 namespace {
@@ -67,11 +77,56 @@ DeviceMemory ReadDeviceMemory(torch::Device device) {
   return m;
 }
 
-RankMemory ReadRankMemory(torch::Device device) {
+DeviceUuid ReadDeviceUuid(torch::Device device) {
+  DeviceUuid uuid{};
+#ifdef DYNMO_WITH_CUDA_RUNTIME
+  if (IsCuda(device)) {
+    cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, device.index()) == cudaSuccess) {
+      static_assert(sizeof(prop.uuid.bytes) == sizeof(DeviceUuid));
+      std::memcpy(uuid.data(), prop.uuid.bytes, uuid.size());
+    }
+  }
+#endif
+  return uuid;
+}
+
+absl::StatusOr<std::vector<DeviceUuid>> GatherDeviceUuids(const DeviceUuid& mine,
+                                                          Transport& transport) {
+  torch::Tensor bytes = torch::empty({static_cast<int64_t>(mine.size())}, torch::kUInt8);
+  std::copy(mine.begin(), mine.end(), bytes.data_ptr<uint8_t>());
+  std::vector<torch::Tensor> gathered;
+  // host-sync(event): once at start: every rank's device UUID, to count the ranks sharing a GPU
+  if (absl::Status s = transport.AllGatherWorld(bytes, gathered); !s.ok()) return s;
+  std::vector<DeviceUuid> uuids(gathered.size());
+  for (size_t r = 0; r < gathered.size(); ++r) {
+    const torch::Tensor t = gathered[r].contiguous();  // on the cpu: AllGatherWorld's contract
+    std::copy_n(t.data_ptr<uint8_t>(), uuids[r].size(), uuids[r].begin());
+  }
+  return uuids;
+}
+
+absl::StatusOr<int> RanksSharingThisDevice(torch::Device device, Transport& transport) {
+  const DeviceUuid mine = ReadDeviceUuid(device);
+  int sharing = 1;
+  if (transport.world_size() > 1) {
+    absl::StatusOr<std::vector<DeviceUuid>> uuids = GatherDeviceUuids(mine, transport);
+    if (!uuids.ok()) return uuids.status();
+    sharing = RanksOnSameDevice(*uuids, transport.rank());
+  }
+  if (IsCuda(device) && !IsKnown(mine)) {
+    sharing = RanksSharingDevice(LocalRanks(ProcessEnv()),
+                                 static_cast<int>(torch::cuda::device_count()), device.index());
+    std::cerr << "dynmo-train: rank " << transport.rank() << ": the CUDA runtime gave no UUID "
+              << "for " << device.str() << "; assuming local ranks spread round-robin over "
+              << "the visible GPUs: " << sharing << " on it" << std::endl;
+  }
+  return sharing;
+}
+
+RankMemory ReadRankMemory(torch::Device device, int sharing) {
   if (!IsCuda(device)) return RankMemory{};
   const DeviceMemory m = ReadDeviceMemory(device);
-  const int sharing = RanksSharingDevice(
-      LocalRanks(ProcessEnv()), static_cast<int>(torch::cuda::device_count()), device.index());
   return HonestRankMemory(
       DeviceReading{m.total_bytes, m.free_bytes, m.reserved_bytes, m.peak_reserved_bytes},
       sharing);

@@ -6,7 +6,9 @@
 // GPU as torchrun starts them (and, on a one-GPU machine, every local rank
 // on cuda:0). Everything here goes through ATen's device-generic
 // accelerator API, so this file compiles and links against any LibTorch and
-// its CUDA branches run only where a GPU is. Thread-compatible functions.
+// its CUDA branches run only where a GPU is; only the device's UUID comes
+// from the CUDA runtime, in builds against a CUDA LibTorch. Thread-
+// compatible functions.
 #ifndef DYNMO_TRAINER_COMM_DEVICE_H_
 #define DYNMO_TRAINER_COMM_DEVICE_H_
 
@@ -14,6 +16,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -21,6 +24,8 @@
 #include "trainer/config/config.h"
 
 namespace dynmo::trainer {
+
+class Transport;
 
 // The concrete device for `flag` (auto|cpu|cuda|cuda:N) on local rank
 // `local_rank`; FAILED_PRECONDITION when cuda is asked for and none is
@@ -50,10 +55,26 @@ struct DeviceMemory {
 DeviceMemory ReadDeviceMemory(torch::Device device);
 void ResetPeakDeviceMemory(torch::Device device);
 
-// used / capacity as device_share.h computes them for this rank (the local
-// ranks sharing `device` from LocalRanks() and the visible devices).
-// Zero on cpu.
-RankMemory ReadRankMemory(torch::Device device);
+// This rank's device UUID (cudaDeviceProp::uuid); all zero on cpu, or in a
+// build against a LibTorch without CUDA.
+DeviceUuid ReadDeviceUuid(torch::Device device);
+
+// Every rank's `mine`, in rank order: one world all-gather of 16 bytes over
+// `transport` (a collective: every rank calls it, at the same point).
+absl::StatusOr<std::vector<DeviceUuid>> GatherDeviceUuids(const DeviceUuid& mine,
+                                                          Transport& transport);
+
+// How many ranks compute on this rank's `device`, itself included
+// (device_share.h): by UUID, gathered over `transport` — a collective every
+// rank calls once after connecting, whatever its device; which ranks share
+// a GPU does not change during a job. 1 on cpu. A cuda rank without a UUID
+// (no CUDA runtime in the build) falls back to the round-robin guess from
+// LocalRanks() and the visible devices, and says so on stderr.
+absl::StatusOr<int> RanksSharingThisDevice(torch::Device device, Transport& transport);
+
+// used / capacity as device_share.h computes them for this rank, with
+// `sharing` from RanksSharingThisDevice. Zero on cpu.
+RankMemory ReadRankMemory(torch::Device device, int sharing);
 
 // Returns the caching allocator's unused blocks to the device (a released
 // rank does this before it serves or exits). No-op on cpu.

@@ -1,8 +1,13 @@
-// What one rank honestly reports about its GPU's memory (issue 26): the
+// What one rank honestly reports about its GPU's memory (issues 26, 39): the
 // arithmetic, without LibTorch, so it is tested on CPU.
 //
-//   sharing  = the local ranks that ResolveDevice maps onto the same device
-//              (local rank r uses device r % visible)
+//   sharing  = the ranks computing on this rank's device, found by device
+//              identity: every rank's CUDA device UUID, gathered once at
+//              start (device.h), counted where it equals this rank's. Under
+//              Slurm's per-task binding each rank sees only its own GPU, as
+//              cuda:0, so the visible index says nothing about sharing.
+//              Where no UUID is known (a build without the CUDA runtime),
+//              the round-robin guess: local rank r on device r % visible.
 //   capacity = the device's total / sharing
 //   used     = the peak PyTorch's caching allocator reserved since the last
 //              report (cached-but-free blocks included: the allocator does
@@ -18,12 +23,31 @@
 #define DYNMO_TRAINER_COMM_DEVICE_SHARE_H_
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
+
+#include "absl/types/span.h"
 
 namespace dynmo::trainer {
 
-// Local ranks on device `index` of `visible`, with `local_world_size` local
-// ranks spread round-robin; at least 1.
+// A device's identity: the 16 bytes of its CUDA UUID (cudaDeviceProp::uuid,
+// the GPU-... of nvidia-smi -L; a MIG instance has its own). All zero: none
+// known (a CPU rank).
+using DeviceUuid = std::array<uint8_t, 16>;
+
+inline bool IsKnown(const DeviceUuid& uuid) {
+  return std::any_of(uuid.begin(), uuid.end(), [](uint8_t b) { return b != 0; });
+}
+
+// Ranks whose device is rank `rank`'s, itself included, from every rank's
+// UUID in rank order; 1 when its own is unknown or `rank` is out of range.
+inline int RanksOnSameDevice(absl::Span<const DeviceUuid> uuids, int rank) {
+  if (rank < 0 || static_cast<size_t>(rank) >= uuids.size() || !IsKnown(uuids[rank])) return 1;
+  return static_cast<int>(std::count(uuids.begin(), uuids.end(), uuids[rank]));
+}
+
+// The fallback without UUIDs: local ranks on device `index` of `visible`,
+// with `local_world_size` local ranks spread round-robin; at least 1.
 inline int RanksSharingDevice(int local_world_size, int visible, int index) {
   if (visible <= 0 || local_world_size <= 0 || index < 0 || index >= visible) return 1;
   const int n = (local_world_size - 1 - index) / visible + 1;

@@ -24,10 +24,11 @@ struct Slots {
 }  // namespace
 
 IterationReporter::IterationReporter(const TrainerConfig& config, torch::Device device,
-                                     int64_t memory_capacity_bytes)
+                                     int64_t memory_capacity_bytes, int device_sharing)
     : config_(config),
       device_(device),
       memory_capacity_(memory_capacity_bytes),
+      device_sharing_(device_sharing),
       num_layers_(config.model.num_pipeline_layers()) {}
 
 absl::Status IterationReporter::Gather(int64_t iter, PipelineStage& stage,
@@ -69,7 +70,7 @@ absl::Status IterationReporter::Gather(int64_t iter, PipelineStage& stage,
   // peak reserved by the caching allocator (every activation autograd saved
   // and the cache it keeps) plus this rank's share of the context and NCCL.
   if (device_.is_cuda()) {
-    memory_used = ReadRankMemory(device_).used_bytes;
+    memory_used = ReadRankMemory(device_, device_sharing_).used_bytes;
     ResetPeakDeviceMemory(device_);
   }
   values[at.memory(my_stage)] = static_cast<double>(memory_used);

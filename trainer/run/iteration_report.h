@@ -28,8 +28,10 @@ namespace dynmo::trainer {
 
 class IterationReporter {
  public:
+  // `device_sharing`: the ranks computing on `device` (device.h's
+  // RanksSharingThisDevice), what its memory is divided among.
   IterationReporter(const TrainerConfig& config, torch::Device device,
-                    int64_t memory_capacity_bytes);
+                    int64_t memory_capacity_bytes, int device_sharing);
 
   // After stage.RunIteration(iter): reports to `agent` (may be null) and
   // all-reduces the summary over `transport`, whose stages are the
@@ -48,6 +50,7 @@ class IterationReporter {
   const TrainerConfig& config_;
   torch::Device device_;
   int64_t memory_capacity_;
+  int device_sharing_;
   int num_layers_;
   int active_pp_ = 0;
   torch::Tensor summary_;

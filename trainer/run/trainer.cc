@@ -307,6 +307,10 @@ absl::Status RunTraining(const TrainerConfig& requested, const DistEnv& env,
       config.backend == "nccl" ? ConnectNcclTransport(env, transport_options)
                                : ConnectGlooTransport(env, transport_options);
   if (!transport.ok()) return transport.status();
+  // Which ranks compute on this rank's GPU, by device UUID (device_share.h):
+  // one all-gather at start, on every rank whatever its device.
+  absl::StatusOr<int> device_sharing = RanksSharingThisDevice(*device, **transport);
+  if (!device_sharing.ok()) return device_sharing.status();
 
   // This rank's place in the grid; a re-shape moves it.
   RankPosition pos = PositionOfRank(env.rank, config.dp);
@@ -334,7 +338,7 @@ absl::Status RunTraining(const TrainerConfig& requested, const DistEnv& env,
   const int64_t first_iter = resume ? resume->manifest.iteration : 0;
   const int64_t memory_capacity =
       config.memory_capacity_bytes > 0 ? config.memory_capacity_bytes
-      : device->is_cuda()              ? ReadRankMemory(*device).capacity_bytes
+      : device->is_cuda()              ? ReadRankMemory(*device, *device_sharing).capacity_bytes
                                        : DefaultMemoryCapacityBytes();
 
   const int num_layers = config.model.num_pipeline_layers();
@@ -362,7 +366,7 @@ absl::Status RunTraining(const TrainerConfig& requested, const DistEnv& env,
     sources.push_back(
         MakeAgentPlanSource(link.agent.get(), num_layers, config, &layer_costs));
   }
-  IterationReporter reporter(config, *device, memory_capacity);
+  IterationReporter reporter(config, *device, memory_capacity, *device_sharing);
   int64_t epoch = 0;
   // --perfetto_out: this rank's real schedule over a window of iterations.
   std::optional<OpTimeline> timeline;

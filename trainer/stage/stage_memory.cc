@@ -18,7 +18,16 @@ int64_t Bytes(const torch::Tensor& t) {
 
 int64_t LayerResidentBytes(const OwnedLayer& owned) {
   int64_t n = 0;
-  for (const torch::Tensor& p : owned.layer->parameters()) n += Bytes(p) + Bytes(p.grad());
+  for (const torch::Tensor& p : owned.layer->parameters()) {
+    n += Bytes(p);
+    // Its gradient has its shape and dtype, and the next backward allocates
+    // it again when zero_grad (set_to_none) freed it.
+    if (p.grad().defined()) {
+      n += Bytes(p.grad());
+    } else if (p.requires_grad()) {
+      n += Bytes(p);
+    }
+  }
   for (const torch::Tensor& b : owned.layer->buffers()) n += Bytes(b);
   for (const auto& [key, state] : owned.optimizer->state()) {
     const auto& s = static_cast<const torch::optim::AdamWParamState&>(*state);

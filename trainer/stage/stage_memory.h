@@ -10,7 +10,10 @@
 //          batch's received input, layer inputs and layer outputs; autograd's
 //          own saved intermediates inside a layer are not visible there and
 //          are not counted, so this is a lower bound on activation memory).
-//   LayerResidentBytes = parameters + buffers + gradients (where defined)
+//   LayerResidentBytes = parameters + buffers
+//                      + a gradient per parameter that requires one,
+//                        allocated now or not (zero_grad frees them; the
+//                        next backward's peak holds them again)
 //                      + AdamW state (exp_avg, exp_avg_sq, max_exp_avg_sq):
 //                        what a migration or a checkpoint of it carries,
 //                        plus its gradients.
@@ -21,7 +24,8 @@
 //              (LOCAL_WORLD_SIZE, else WORLD_SIZE, else 1).
 // On a GPU both come from the device instead (trainer/comm/device_share.h):
 // used = the caching allocator's reserved peak + this rank's share of the
-// context and NCCL buffers; capacity = the device / the ranks sharing it.
+// context and NCCL buffers; capacity = the device / the ranks sharing it
+// (found by device UUID).
 #ifndef DYNMO_TRAINER_STAGE_STAGE_MEMORY_H_
 #define DYNMO_TRAINER_STAGE_STAGE_MEMORY_H_
 
