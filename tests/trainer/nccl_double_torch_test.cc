@@ -3,7 +3,8 @@
 // It proves the double fails the way NCCL would (poison read through the
 // per-op Works of a coalesced batch — the shape of the old Exchange —,
 // refused pairings) and that the transport's Exchange (p2p_batch.h) passes
-// under it.
+// under it, staging every tensor and copying a receive back only after its
+// batch completed.
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -28,10 +29,11 @@ namespace {
 using ::testing::HasSubstr;
 
 // Gloo groups of two wrapped in the double, one per rank, as dynmo-train
-// --backend=nccl-double builds them.
+// --backend=nccl-double builds them (every tensor staged, as on NCCL).
 std::shared_ptr<ProcessGroupBackend> DoubleBackend() {
   auto backend = std::make_shared<ProcessGroupBackend>();
   backend->name = "nccl-double";
+  backend->stage_always = true;
   auto options = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(30));
   options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
   backend->make_group = [options](c10::intrusive_ptr<c10d::Store> s, int rank, int size) {
@@ -57,9 +59,9 @@ void OnTwoRanks(const std::function<void(int, c10d::Backend&)>& body) {
 }
 
 // Runs body(rank, transport) on ranks 0 and 1 of a world of two.
-void OnTwoTransports(const std::function<void(int, Transport&)>& body) {
+void OnTwoTransports(const std::function<void(int, Transport&)>& body,
+                     std::shared_ptr<const ProcessGroupBackend> backend = DoubleBackend()) {
   auto store = c10::make_intrusive<c10d::HashStore>();
-  std::shared_ptr<const ProcessGroupBackend> backend = DoubleBackend();
   auto run = [&](int rank) {
     absl::StatusOr<std::unique_ptr<Transport>> t =
         ConnectProcessGroups(backend, store, -1, rank, 2, 1, 0);
@@ -71,8 +73,39 @@ void OnTwoTransports(const std::function<void(int, Transport&)>& body) {
   peer.join();
 }
 
+// The double behind a recorder of the buffers a caller hands it to receive
+// into, so a test tells the transport's staged buffers from its callers'
+// tensors.
+class ReceiveRecorder : public c10d::Backend {
+ public:
+  ReceiveRecorder(c10::intrusive_ptr<c10d::Backend> inner, std::vector<const void*>* buffers)
+      : Backend(inner->getRank(), inner->getSize()),
+        inner_(std::move(inner)),
+        buffers_(buffers) {}
+  const std::string getBackendName() const override { return inner_->getBackendName(); }
+  bool supportsCoalescing() const override { return inner_->supportsCoalescing(); }
+  void startCoalescing() override { inner_->startCoalescing(); }
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override { return inner_->endCoalescing(); }
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst,
+                                      int tag) override {
+    return inner_->send(tensors, dst, tag);
+  }
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src,
+                                      int tag) override {
+    buffers_->push_back(tensors[0].data_ptr());
+    return inner_->recv(tensors, src, tag);
+  }
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override {
+    return inner_->barrier(opts);
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::Backend> inner_;
+  std::vector<const void*>* buffers_;
+};
+
 bool AllPoison(const at::Tensor& t) {
-  return t.view(at::kByte).eq(0xFF).all().item<bool>();
+  return t.detach().view(at::kByte).eq(0xFF).all().item<bool>();
 }
 
 TEST(NcclDoubleTest, TheOldExchangeShapeReadsPoisonThroughThePerOpWorks) {
@@ -103,7 +136,9 @@ TEST(NcclDoubleTest, TheOldExchangeShapeReadsPoisonThroughThePerOpWorks) {
 TEST(NcclDoubleTest, AReceiveLandsOnlyWhenTheCoalescedWorkIsWaitedOn) {
   OnTwoRanks([](int rank, c10d::Backend& group) {
     std::vector<at::Tensor> out = {torch::full({3}, 1.5f + rank)};
-    std::vector<at::Tensor> in = {torch::zeros({3})};
+    // A leaf that requires grad, as a pipeline stage's input buffer: NCCL
+    // writes it as raw memory, and so does the double.
+    std::vector<at::Tensor> in = {torch::zeros({3}).requires_grad_()};
     c10::intrusive_ptr<c10d::Work> batch;
     {
       CoalescingGroup coalesced(group);
@@ -138,6 +173,47 @@ TEST(NcclDoubleTest, ExchangeDeliversBothDirectionsAndEveryDtype) {
     EXPECT_TRUE(torch::equal(sum, torch::full({2}, 3.0f)));
     ASSERT_TRUE(transport.Barrier().ok());
   });
+}
+
+TEST(NcclDoubleTest, ExchangeStagesReceivesAndCopiesThemBackOnlyAfterTheBatchCompleted) {
+  // Under the double the transport receives into buffers of its own, as it
+  // does for CPU tensors on NCCL, and the double keeps them poisoned until
+  // the batch's Work is waited on: a copy back ahead of that wait would
+  // hand the caller NaN and -1.
+  std::vector<const void*> handed[2];
+  auto recording = std::make_shared<ProcessGroupBackend>(*DoubleBackend());
+  recording->make_group = [inner = recording->make_group, &handed](
+                              c10::intrusive_ptr<c10d::Store> s, int rank, int size) {
+    return c10::intrusive_ptr<c10d::Backend>(
+        c10::make_intrusive<ReceiveRecorder>(inner(std::move(s), rank, size), &handed[rank]));
+  };
+  at::Tensor got_values[2];
+  at::Tensor got_count[2];
+  OnTwoTransports(
+      [&](int rank, Transport& transport) {
+        const int peer = 1 - rank;
+        at::Tensor values = torch::linspace(0, 1, 8).add(rank);
+        at::Tensor count = torch::full({1}, 7 + rank, torch::kLong);
+        got_values[rank] = torch::zeros({8});
+        got_count[rank] = torch::zeros({1}, torch::kLong);
+        std::vector<P2POp> ops = {{P2POp::Kind::kSend, &values, peer},
+                                  {P2POp::Kind::kSend, &count, peer},
+                                  {P2POp::Kind::kRecv, &got_values[rank], peer},
+                                  {P2POp::Kind::kRecv, &got_count[rank], peer}};
+        ASSERT_TRUE(transport.Exchange(ops).ok());
+      },
+      recording);
+  for (int r = 0; r < 2; ++r) {
+    const int peer = 1 - r;
+    ASSERT_EQ(handed[r].size(), 2u);
+    for (const void* buffer : handed[r]) {
+      EXPECT_NE(buffer, got_values[r].data_ptr());
+      EXPECT_NE(buffer, got_count[r].data_ptr());
+    }
+    EXPECT_TRUE(torch::equal(got_values[r], torch::linspace(0, 1, 8).add(peer)))
+        << got_values[r];
+    EXPECT_EQ(got_count[r].item<int64_t>(), 7 + peer);
+  }
 }
 
 TEST(NcclDoubleTest, OpsThatDoNotPairInTheSameOrderAreRefusedOnBothRanks) {

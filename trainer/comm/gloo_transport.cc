@@ -49,6 +49,7 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectGlooTransport(
                                                       gloo_options));
       return double_it ? MakeNcclDouble(std::move(gloo)) : gloo;
     };
+    backend->stage_always = options.nccl_double;
     backend->store_host = AdvertisedHost(env);
     backend->timeout = timeout;
     return ConnectProcessGroups(std::move(backend), std::move(store),

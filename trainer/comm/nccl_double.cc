@@ -1,8 +1,9 @@
 #include "trainer/comm/nccl_double.h"
 
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <string>
 #include <utility>
@@ -17,11 +18,17 @@ namespace {
 constexpr int kCountTag = 1 << 20;
 constexpr int kListTag = kCountTag + 1;
 
+// A contiguous tensor's memory as bytes, outside autograd: NCCL (and Gloo)
+// write a receive there as raw memory, so a leaf that requires grad (the
+// input buffer of a pipeline stage) takes it and its version stays.
+at::Tensor RawBytes(const at::Tensor& t) {
+  return at::from_blob(t.data_ptr(), {static_cast<int64_t>(t.nbytes())},
+                       at::TensorOptions(at::kByte));
+}
+
 void Poison(const at::Tensor& t) {
   if (t.numel() == 0) return;
-  at::from_blob(t.data_ptr(), {static_cast<int64_t>(t.nbytes())},
-                at::TensorOptions(at::kByte))
-      .fill_(0xFF);
+  RawBytes(t).fill_(0xFF);
 }
 
 // NCCL's per-op Work inside a group: its end event was recorded before the
@@ -41,7 +48,9 @@ class DeliveringWork : public c10d::Work {
       : receives_(std::move(receives)) {}
   bool wait(std::chrono::milliseconds /*timeout*/) override {
     if (!delivered_) {
-      for (auto& [staged, destination] : receives_) destination.copy_(staged);
+      for (auto& [staged, destination] : receives_) {
+        if (destination.numel() > 0) RawBytes(destination).copy_(RawBytes(staged));
+      }
       delivered_ = true;
       finish();
     }
@@ -105,10 +114,31 @@ class NcclDouble : public c10d::Backend {
     return Queue(Op{false, t, src, tag});
   }
 
+  // The collectives torch.distributed, DDP and our transport issue, each
+  // completed by the carrier's Work.
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts) override {
+    NotInGroup("broadcast");
+    return carrier_->broadcast(tensors, opts);
+  }
+
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& opts) override {
     NotInGroup("allreduce");
     return carrier_->allreduce(tensors, opts);
+  }
+
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors,
+      const c10d::AllreduceCoalescedOptions& opts) override {
+    NotInGroup("allreduce_coalesced");
+    return carrier_->allreduce_coalesced(tensors, opts);
+  }
+
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts) override {
+    NotInGroup("reduce");
+    return carrier_->reduce(tensors, opts);
   }
 
   c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& out,
@@ -118,9 +148,54 @@ class NcclDouble : public c10d::Backend {
     return carrier_->allgather(out, in, opts);
   }
 
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& out, at::Tensor& in,
+                                                 const c10d::AllgatherOptions& opts) override {
+    NotInGroup("all_gather_into_tensor");
+    return carrier_->_allgather_base(out, in, opts);
+  }
+
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& out,
+                                        std::vector<at::Tensor>& in,
+                                        const c10d::GatherOptions& opts) override {
+    NotInGroup("gather");
+    return carrier_->gather(out, in, opts);
+  }
+
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& out,
+                                         std::vector<std::vector<at::Tensor>>& in,
+                                         const c10d::ScatterOptions& opts) override {
+    NotInGroup("scatter");
+    return carrier_->scatter(out, in, opts);
+  }
+
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(
+      std::vector<at::Tensor>& out, std::vector<std::vector<at::Tensor>>& in,
+      const c10d::ReduceScatterOptions& opts) override {
+    NotInGroup("reduce_scatter");
+    return carrier_->reduce_scatter(out, in, opts);
+  }
+
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& out, at::Tensor& in, const c10d::ReduceScatterOptions& opts) override {
+    NotInGroup("reduce_scatter_tensor");
+    return carrier_->_reduce_scatter_base(out, in, opts);
+  }
+
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& out, at::Tensor& in,
+                                               std::vector<int64_t>& out_counts,
+                                               std::vector<int64_t>& in_counts,
+                                               const c10d::AllToAllOptions& opts) override {
+    NotInGroup("all_to_all_single");
+    return carrier_->alltoall_base(out, in, out_counts, in_counts, opts);
+  }
+
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override {
     NotInGroup("barrier");
     return carrier_->barrier(opts);
+  }
+
+  void setTimeout(std::chrono::milliseconds timeout) override {
+    carrier_->setTimeout(timeout);
   }
 
  private:

@@ -17,12 +17,18 @@
 //     c10::DistBackendError when the sends of one and the receives of the
 //     other do not pair in the same order (NCCL would hang or deliver the
 //     wrong bytes).
-//   - Collectives (all-reduce, all-gather, barrier) go straight to Gloo:
-//     their Works complete them, as NCCL's do.
+//   - Collectives (broadcast, all-reduce, reduce, all-gather, gather,
+//     scatter, reduce-scatter, all-to-all, barrier) go straight to Gloo:
+//     their Works complete them, as NCCL's do. Inside a coalescing group
+//     they are refused.
 // The bytes move at endCoalescing (the host blocks there, as Gloo does);
 // only their delivery into the caller's buffers waits for wait().
-// dynmo-train selects it with --backend=nccl-double. Not thread-safe: one
-// thread drives a group, as with any c10d backend.
+// dynmo-train selects it with --backend=nccl-double (the transport then
+// also stages every tensor through a separate buffer, as it stages a CPU
+// tensor for NCCL: process_group_transport.h); Python selects it as the
+// torch.distributed backend "nccl-double" (dynmo.nccl_double.register(),
+// python/torch_src/). Not thread-safe: one thread drives a group, as with
+// any c10d backend.
 #ifndef DYNMO_TRAINER_COMM_NCCL_DOUBLE_H_
 #define DYNMO_TRAINER_COMM_NCCL_DOUBLE_H_
 

@@ -220,15 +220,20 @@ class ProcessGroupTransport : public Transport {
     return next;
   }
 
-  at::Tensor OnDevice(const at::Tensor& t) const {
-    return t.device() == backend_->device ? t : t.to(backend_->device);
+  // Whether `t` crosses the wire through a buffer of its own: when it
+  // lives off the backend's device, and always under the NCCL double.
+  bool Staged(const at::Tensor& t) const {
+    return backend_->stage_always || t.device() != backend_->device;
   }
-  // Where a receive lands: the caller's tensor when it already lives on the
-  // backend's device, else a fresh one there (its old contents never sent).
+  // What a send (or a collective) hands the backend.
+  at::Tensor OnDevice(const at::Tensor& t) const {
+    if (!Staged(t)) return t;
+    return t.device() == backend_->device ? t.clone() : t.to(backend_->device);
+  }
+  // Where a receive lands: the caller's tensor when it is not staged, else
+  // a fresh one on the backend's device (its old contents never sent).
   at::Tensor RecvBuffer(const at::Tensor& t) const {
-    return t.device() == backend_->device
-               ? t
-               : at::empty_like(t, t.options().device(backend_->device));
+    return Staged(t) ? at::empty_like(t, t.options().device(backend_->device)) : t;
   }
   // After the Work's wait(): on a GPU, a copy into CPU memory is where the
   // host blocks until the result landed.

@@ -55,6 +55,11 @@ struct ProcessGroupBackend {
   // Where tensors must live for this backend (CPU for Gloo, the rank's GPU
   // for NCCL); CPU tensors are copied there and back around each operation.
   c10::Device device = c10::Device(c10::kCPU);
+  // Every tensor goes through a separate wire buffer and back, even one
+  // already on `device`, as a CPU tensor does on NCCL. The NCCL double sets
+  // it, so that a CPU test runs the staging path: a receive copied back
+  // before its batch's Work was waited on copies poison.
+  bool stage_always = false;
   // This process's address, published when it must serve a new store.
   std::string store_host;
   std::chrono::milliseconds timeout{300000};
