@@ -5,7 +5,9 @@ The directions are the ones each top-level folder's README states: the
 decision core depends on nothing of ours, the service never on the agent, the
 relay or the trainer, the agent never on the relay, the agent / relay /
 trainer / clients never on the service, nothing on the trainer or the
-launcher, and LibTorch only in the trainer (and in tests and benchmarks).
+launcher (but python/torch_src/ on the trainer's comm/, for the NCCL test
+double it binds), and LibTorch only in the trainer, in python/torch_src/
+(and in tests and benchmarks).
 Inside the trainer it checks the floors trainer/README.md lists: a floor
 includes itself and the floors below it, never one above, and the bottom
 floors stay free of LibTorch. It also fails on include cycles between
@@ -49,6 +51,10 @@ ALLOWED = {
     # The Python binding (dynmo._core): the agent and the tools' decision code.
     "python": {"python", "agent", "coordinator/core", "coordinator/formats",
                "coordinator/tools", "coordinator/job", "dynmo/v1", "wire"},
+    # dynmo._nccl_double: the trainer's NCCL test double (trainer/comm/
+    # nccl_double.h) bound as a torch.distributed backend, with LibTorch and
+    # torch's pybind11; nothing else of ours.
+    "python/torch_src": {"python/torch_src", "trainer/comm"},
 }
 # The trainer's floors, bottom to top (trainer/README.md): each may include
 # itself, the floors below it and the folders outside trainer/ that the
@@ -70,7 +76,8 @@ OURS = ["cli", "rpc", "coordinator/core", "coordinator/formats", "coordinator/to
         "trainer", "python", "dynmo/v1", "wire", "tests", "bench"] + [
             "trainer/" + f for f in TRAINER_FLOORS]
 TORCH = ("torch/", "ATen/", "c10/", "caffe2/")
-TORCH_ALLOWED = ({"trainer/" + f for f in TRAINER_FLOORS} - TRAINER_PLAIN) | ANYTHING
+TORCH_ALLOWED = ({"trainer/" + f for f in TRAINER_FLOORS} - TRAINER_PLAIN) | ANYTHING | {
+    "python/torch_src"}
 # External libraries the pure layers must not see.
 NO_IO = {
     "cli": ("grpc", "grpcpp/", "google/protobuf/", "nlohmann/"),
