@@ -1,5 +1,7 @@
 """Process bodies for test_torch.py: each runs on one of two Gloo ranks
 (torch.multiprocessing.spawn) and asserts; an assertion fails the test."""
+import gc
+
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -12,6 +14,16 @@ def init(rank, world, init_file):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
                             world_size=world)
+
+
+def teardown():
+    """Ends the process group once no Gloo worker thread still holds one of
+    this process's tensors: a work's last reference dropped on a Gloo thread
+    while Python shuts down aborts the process ("terminate called without an
+    active exception", seen with plain Gloo async works too)."""
+    gc.collect()
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 def layer(i):
@@ -71,7 +83,7 @@ def migrate_one_layer(rank, world, init_file):
         train([ref], ref_opt, 2, seed=9)
         for a, b in zip(fresh.parameters(), ref.parameters()):
             assert same(a, b)
-    dist.destroy_process_group()
+    teardown()
 
 
 def apply_a_plan(rank, world, init_file):
@@ -102,4 +114,4 @@ def apply_a_plan(rank, world, init_file):
             assert same(opt.state[a]["exp_avg"], ref_opt.state[b]["exp_avg"])
     held = {id(p) for p in stage.modules.parameters()}
     assert {id(p) for g in opt.param_groups for p in g["params"]} == held
-    dist.destroy_process_group()
+    teardown()
