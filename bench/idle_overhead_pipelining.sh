@@ -16,6 +16,7 @@
 # and two otherwise idle cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/local_ranks.sh
 build="${1:-build}"
 venv="$(bash scripts/install-torch.sh | tail -n 1)"
 export PYTHONPATH="$PWD/$build/python" DYNMO_BIN_DIR="$PWD/$build/bin" OMP_NUM_THREADS=1
@@ -26,15 +27,11 @@ mkdir -p "$out"
 job=(--schedule 1F1B --steps "$steps" --layers 8 --dim 128 --seq_len 64
      --microbatches 8 --micro_batch 4 --initial_boundaries 0,5,10)
 
-run() {  # NAME [example flags...]: rank r pinned to core r.
+run() {  # NAME [example flags...]
   local name=$1
   shift
   echo "== $name" >&2
-  # shellcheck disable=SC2016  # $LOCAL_RANK expands in each rank's own shell
-  "$venv/bin/torchrun" --standalone --nproc-per-node 2 --no-python \
-    sh -c 'exec taskset -c "$LOCAL_RANK" "$0" "$@"' "$venv/bin/python" \
-    examples/torch/llama_pipelining.py "${job[@]}" --log_json "$out/$name.jsonl" \
-    "$@" >"$out/$name.log" 2>&1 || { tail -20 "$out/$name.log"; exit 1; }
+  pinned_example "$venv" "$out/$name.log" "${job[@]}" --log_json "$out/$name.jsonl" "$@"
 }
 
 pairs=()

@@ -1,5 +1,6 @@
 # Sourced by the trainer benchmarks (trainer_bench.sh, reshape_bench.sh,
-# straggler.sh, straggler_pipelining.sh):
+# straggler.sh, straggler_pipelining.sh, pipelining_side_by_side.sh,
+# idle_overhead_pipelining.sh):
 # starting one dynmo-train job's ranks on loopback, as torchrun would.
 #   free_port                      a TCP port free on 127.0.0.1 now
 #   run_ranks BIN_DIR WORLD OUT_DIR FLAGS...
@@ -16,6 +17,12 @@
 #                                  1024 / (1024 + w) of the core, w the
 #                                  loop's weight (1024 at nice 0: about
 #                                  half; 820 at 2: 0.56; 335 at 5: 0.75).
+#   pinned_example VENV LOG FLAGS...
+#                                  examples/torch/llama_pipelining.py with
+#                                  FLAGS on 2 ranks under VENV's torchrun,
+#                                  rank r pinned to core r; its output in LOG
+#                                  (the last 20 lines shown, and exit 1, if
+#                                  it fails).
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
@@ -30,6 +37,15 @@ run_ranks() {
       "$bin_dir/dynmo-train" "$@" > "$out/rank$r.out" 2>&1 &
   done
   wait
+}
+
+pinned_example() {
+  local venv=$1 log=$2
+  shift 2
+  # shellcheck disable=SC2016  # $LOCAL_RANK expands in each rank's own shell
+  "$venv/bin/torchrun" --standalone --nproc-per-node 2 --no-python \
+    sh -c 'exec taskset -c "$LOCAL_RANK" "$0" "$@"' "$venv/bin/python" \
+    examples/torch/llama_pipelining.py "$@" >"$log" 2>&1 || { tail -20 "$log"; exit 1; }
 }
 
 busy_pid=""

@@ -20,6 +20,7 @@
 # torch venv of scripts/install-torch.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/local_ranks.sh
 build="${1:-build}"
 shift || true
 venv="$(bash scripts/install-torch.sh | tail -n 1)"
@@ -36,11 +37,8 @@ run() {  # NAME [example flags...]
   local name=$1
   shift
   echo "== $name" >&2
-  # One core per rank: LOCAL_RANK picks it.
-  "$venv/bin/torchrun" --standalone --nproc-per-node 2 --no-python \
-    sh -c 'exec taskset -c "$LOCAL_RANK" "$0" "$@"' "$venv/bin/python" \
-    examples/torch/llama_pipelining.py "${job[@]}" --log_json "out/pipelining-$name.jsonl" \
-    "$@" >"out/pipelining-$name.log" 2>&1 || { tail -20 "out/pipelining-$name.log"; exit 1; }
+  pinned_example "$venv" "out/pipelining-$name.log" "${job[@]}" \
+    --log_json "out/pipelining-$name.jsonl" "$@"
 }
 
 run static --coordinator none "$@"

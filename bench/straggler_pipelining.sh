@@ -46,12 +46,8 @@ run() {  # NAME [example flags...]: rank r pinned to core r.
   shift
   echo "== $name" >&2
   # The embedded coordinator's event log (rank speeds, plans) is kept.
-  # shellcheck disable=SC2016  # $LOCAL_RANK expands in each rank's own shell
   DYNMO_COORDINATOR_LOG="$out/$name.coordinator.log" \
-    "$venv/bin/torchrun" --standalone --nproc-per-node 2 --no-python \
-    sh -c 'exec taskset -c "$LOCAL_RANK" "$0" "$@"' "$venv/bin/python" \
-    examples/torch/llama_pipelining.py "${job[@]}" --log_json "$out/$name.jsonl" \
-    "$@" >"$out/$name.log" 2>&1 || { tail -20 "$out/$name.log"; exit 1; }
+    pinned_example "$venv" "$out/$name.log" "${job[@]}" --log_json "$out/$name.jsonl" "$@"
 }
 
 throttle_on 1
