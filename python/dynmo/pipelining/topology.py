@@ -26,6 +26,8 @@ from typing import Dict, List, Optional, Sequence
 
 import torch.distributed as dist
 
+from dynmo.torch.plan import takes_cpu_tensors
+
 
 def stage_to_pp_rank(stage: int, pp: int, v: int, style: str) -> int:
     """The pipeline rank that runs ``stage`` of ``pp * v``."""
@@ -55,7 +57,7 @@ class Topology:
         self.dp_group: Optional[dist.ProcessGroup] = None
         self.job_group: Optional[dist.ProcessGroup] = None
         self.control_group: Optional[dist.ProcessGroup] = None
-        self._cpu_backend = _takes_cpu_tensors(str(dist.get_backend()))
+        self._cpu_backend = takes_cpu_tensors(str(dist.get_backend()))
         self._build_groups(first=True)
 
     @property
@@ -114,8 +116,3 @@ class Topology:
             c = g if self._cpu_backend else dist.new_group(ranks, backend="gloo")
             self.control_group = c if self.pp_rank in active else None
 
-
-def _takes_cpu_tensors(backend: str) -> bool:
-    """Whether a group of ``backend`` takes CPU tensors ("gloo", "mpi",
-    "cpu:gloo,cuda:nccl")."""
-    return "gloo" in backend.lower() or "mpi" in backend.lower()

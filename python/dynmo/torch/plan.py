@@ -75,10 +75,16 @@ def _device_for_backend(backend: str) -> torch.device:
     of its backends takes CPU tensors ("gloo", "mpi", "cpu:gloo,cuda:nccl"),
     else this process's current CUDA device (NCCL takes only CUDA tensors,
     on the device torch.distributed's own collectives use)."""
-    names = backend.lower()
-    if "gloo" in names or "mpi" in names or not torch.cuda.is_available():
+    if takes_cpu_tensors(backend) or not torch.cuda.is_available():
         return torch.device("cpu")
     return torch.device("cuda", torch.cuda.current_device())
+
+
+def takes_cpu_tensors(backend: str) -> bool:
+    """Whether a group of ``backend`` takes CPU tensors ("gloo", "mpi",
+    "cpu:gloo,cuda:nccl")."""
+    names = backend.lower()
+    return "gloo" in names or "mpi" in names
 
 
 def apply_plan(plan: Plan, layers: StageLayers,
