@@ -26,9 +26,11 @@ of the job calls ``save`` and ``load`` at the same iteration.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import pickle
 import re
+import shutil
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
@@ -38,6 +40,7 @@ from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
 _DONE = re.compile(r"^step-(\d+)$")
 _SIDECAR = "dynmo.json"
+_log = logging.getLogger("dynmo.pipelining")
 
 
 def save(pipe, root: str, iteration: int) -> str:
@@ -47,7 +50,10 @@ def save(pipe, root: str, iteration: int) -> str:
     partial = os.path.join(root, f".step-{iteration}.partial")
     rank = dist.get_rank()
     if rank == 0:
-        os.makedirs(partial, exist_ok=True)
+        # A job killed while saving this iteration before left its pieces
+        # here; none of them may mix with this save's.
+        shutil.rmtree(partial, ignore_errors=True)
+        os.makedirs(partial)
     _barrier(pipe)
     dcp.save(_state(pipe, with_values=True), checkpoint_id=partial,
              process_group=pipe.topology.control_group)
@@ -84,6 +90,7 @@ def saved_split(path: str) -> List[int]:
 def load(pipe, path: str) -> int:
     """Reads the checkpoint at ``path`` into ``pipe`` (any split, the same
     model and optimizer factory); returns the iteration it was saved at.
+    ``pipe.epoch`` becomes the plan epoch in force when it was saved.
     Collective over the job's ranks."""
     meta = _sidecar(path)
     if meta["num_layers"] != pipe.layout.num_layers:
@@ -93,6 +100,11 @@ def load(pipe, path: str) -> int:
     state = _state(pipe, with_values=False, stored=stored)
     dcp.load(state, checkpoint_id=path, process_group=pipe.topology.control_group)
     _restore(pipe, state)
+    pipe.epoch = int(meta.get("epoch", 0))
+    if dist.get_rank() == 0:
+        _log.info("dynmo.pipelining: resumed from %s (iteration %d, saved at split %s, "
+                  "epoch %d) at split %s", path, meta["iteration"], meta["boundaries"],
+                  pipe.epoch, list(pipe.boundaries))
     return int(meta["iteration"])
 
 
