@@ -12,7 +12,6 @@
 namespace dynmo::service {
 namespace {
 
-using dynmo::v1::CoordinatorMessage;
 
 template <typename Message>
 JobShape ShapeOf(const std::string& name, const Message& m) {
@@ -32,9 +31,9 @@ JobMachine::JobMachine(JobShape shape, const JobOptions& options,
       profile_(shape.data_parallel_size, shape.num_layers,
                core::CostProfileOptions{options.smoothing, options.noise_smoothing}),
       rebalancer_(options.default_policy, options.auto_options),
-      protocol_(PlanProtocolOptions{name_, options.prepare_timeout,
-                                    options.history_limit},
-                shape.pipeline_size * shape.data_parallel_size, epoch),
+      plans_(PlanLifecycleOptions{name_, options.prepare_timeout,
+                                  options.history_limit, options.plan_event_level},
+             &roster_, &layout_, epoch),
       speeds_(shape.pipeline_size * shape.data_parallel_size, options.speed),
       overlaps_(shape.pipeline_size * shape.data_parallel_size, shape.num_layers,
                 options.speed.overlap),
@@ -72,11 +71,11 @@ JobMachine::JobMachine(const dynmo::v1::JobRecord& record,
   rebalancer_.RestoreProgress(record.progress());
   reports_ = record.progress().reports();
   out->measures_changed = record.progress().stage_load_s_size() > 0;
-  if (protocol_.Restore(record, now)) ++out->plans_aborted;
+  if (plans_.Restore(record, now)) ++out->plans_aborted;
 }
 
 JobParts JobMachine::Parts() const {
-  return JobParts{roster_, protocol_, layout_, rebalancer_, reports_, owner_};
+  return JobParts{roster_, plans_, layout_, rebalancer_, reports_, owner_};
 }
 
 absl::Status JobMachine::Register(
@@ -89,7 +88,11 @@ absl::Status JobMachine::Register(
   }
   bool adopted = false;
   for (const dynmo::v1::RegisterRequest* r : requests) {
-    adopted = ApplyRegister(*r, now, out) || adopted;
+    PlanReady before = plans_.OnRegistering(*r, now);
+    adopted = adopted || before.epoch_adopted;
+    Carry(std::move(before), now, out).IgnoreError();  // never durable-first
+    roster_.Register(*r);
+    Carry(plans_.OnRegistered(*r, now), now, out).IgnoreError();
   }
   // Answered after all applied: one rank's adopted epoch and layout are
   // every rank's answer. Rank records become durable with the next plan,
@@ -101,31 +104,6 @@ absl::Status JobMachine::Register(
     responses->back().set_session_key(roster_.session_key(r->rank()));
   }
   return adopted ? Persist() : absl::OkStatus();
-}
-
-bool JobMachine::ApplyRegister(const dynmo::v1::RegisterRequest& request,
-                               absl::Time now, JobEffects* out) {
-  bool adopted = false;
-  if (request.applied_epoch() > protocol_.epoch()) {
-    adopted = true;
-    // The state dir was lost or is older than the ranks: adopt the rank's
-    // epoch and layout so that the next plan is newer than anything applied.
-    protocol_.AdoptEpoch(request.applied_epoch());
-    if (request.boundaries_size() > 0) {
-      SetStages({request.active_stages().begin(), request.active_stages().end()},
-                {request.boundaries().begin(), request.boundaries().end()},
-                request.pipeline_size(), request.num_layers(), &layout_);
-    }
-  } else {
-    AdoptApplied(request.rank(), request.applied_epoch(), &request, now, out);
-  }
-  roster_.Register(request);
-  if (RankRoster::IsActiveStage(layout_.active_stages, request.pipeline_rank())) {
-    RunStep(protocol_.OnRegister(request.rank(), request.applied_epoch(),
-                                 request.pending_epoch()),
-            now, out);
-  }
-  return adopted;
 }
 
 absl::Status JobMachine::Attach(absl::Span<const int> ranks,
@@ -149,7 +127,7 @@ absl::Status JobMachine::Attach(absl::Span<const int> ranks,
   for (auto& old : roster_.Attach(ranks, sink)) {
     out->closes.push_back({std::move(old), absl::AbortedError("superseded by a newer session")});
   }
-  ResendInFlight(sink, ranks, out);
+  out->Append(plans_.OnAttach(sink, ranks).effects);
   return absl::OkStatus();
 }
 
@@ -232,30 +210,16 @@ void JobMachine::ApplyReport(int rank, const dynmo::v1::IterationReport& report,
   }
   roster_.RecordReport(rank, report, active);
   rebalancer_.OnReport(report.iteration(), report.model_changed() || speed_moved);
-  AdoptApplied(rank, report.applied_epoch(), nullptr, now, out);
   ++reports_;
   ++out->reports;
-  if (roster_.Participates(rank, layout_.active_stages)) {
-    RunStep(protocol_.OnReport(rank, report.iteration(), report.applied_epoch()), now,
-            out);
-  }
+  Carry(plans_.OnReport(rank, report.iteration(), report.applied_epoch(), now), now, out)
+      .IgnoreError();  // never durable-first
 }
 
 void JobMachine::ApplyAck(int rank, const dynmo::v1::PlanAck& ack, absl::Time now,
                           JobEffects* out) {
   roster_.RecordAck(rank, ack.iteration());
-  const RosterRank& r = roster_.at(rank);
-  const PlanStep step =
-      protocol_.OnAck(rank, roster_.Participates(rank, layout_.active_stages), ack);
-  if (step.kind == PlanStep::Kind::kResendCommit) {
-    // Only the COMMIT: re-sending the PREPARE would draw another PREPARED.
-    if (r.sink != nullptr) {
-      out->sends.push_back(
-          {r.sink, {rank}, std::make_shared<const CoordinatorMessage>(protocol_.CommitMessage())});
-    }
-    return;
-  }
-  RunStep(step, now, out);
+  Carry(plans_.OnAck(rank, ack, now), now, out).IgnoreError();  // a commit's own
 }
 
 void JobMachine::ApplyProbe(const std::vector<double>& before,
@@ -367,8 +331,8 @@ int64_t JobMachine::IterationsLeft() const {
 }
 
 void JobMachine::Tick(absl::Time now, JobEffects* out) {
-  if (protocol_.in_flight() != nullptr) {
-    RunStep(protocol_.OnTick(now, rebalancer_.newest_iteration()), now, out);
+  if (plans_.in_flight() != nullptr) {
+    Carry(plans_.OnTick(now, rebalancer_.newest_iteration()), now, out).IgnoreError();
     return;
   }
   if (!rebalancer_.TakeDirty()) return;
@@ -393,7 +357,7 @@ void JobMachine::Tick(absl::Time now, JobEffects* out) {
 
 absl::StatusOr<dynmo::v1::RebalanceResponse> JobMachine::Rebalance(absl::Time now,
                                                                    JobEffects* out) {
-  if (absl::Status s = protocol_.CheckIdle(); !s.ok()) return s;
+  if (absl::Status s = plans_.CheckIdle(); !s.ok()) return s;
   const std::vector<double> speeds = PositionSpeeds();
   absl::StatusOr<core::PipelineModel> model = ModelAt(speeds);
   if (!model.ok()) return model.status();
@@ -430,12 +394,6 @@ absl::StatusOr<dynmo::v1::Policy> JobMachine::SetPolicy(const dynmo::v1::Policy&
   }
   rebalancer_.Rearm();  // re-evaluate under the new policy
   return PolicyToProto(*p);
-}
-
-void JobMachine::PersistSettled() {
-  if (absl::Status s = Persist(); !s.ok()) {
-    rebalancer_.Note(std::string(s.message()));  // "state not persisted (...)"
-  }
 }
 
 }  // namespace dynmo::service

@@ -7,9 +7,10 @@
 //     (core/cost_profile.h)           (replica, layer); the PipelineModel
 //   JobLayout (job_layout.h)          active stages and boundaries in force
 //   Rebalancer (rebalancer.h)         the policy: trigger, balancer, gate
-//   PlanProtocol (plan_protocol.h)    PREPARE / COMMIT / ABORT / applied
+//   PlanLifecycle (plan_lifecycle.h)  a plan's life: PREPARE / COMMIT /
+//                                     ABORT / applied / adopted
 //   job_record.h                      the job as JobRecord / JobStatus / ...
-//   job_machine_plan.cc               what a plan step does to the job
+//   job_machine_plan.cc               a plan's outcome carried out on the job
 //   job_machine_checks.cc             what a rank's message must pass
 //
 // Events are a registration, a session attached or detached, a rank's
@@ -48,11 +49,12 @@
 #include "coordinator/core/layer_overlap.h"
 #include "coordinator/core/rank_speed.h"
 #include "coordinator/job/decision.h"
+#include "coordinator/job/job_effects.h"
 #include "coordinator/job/log_field.h"
 #include "coordinator/job/job_journal.h"
 #include "coordinator/job/job_layout.h"
 #include "coordinator/job/job_record.h"
-#include "coordinator/job/plan_protocol.h"
+#include "coordinator/job/plan_lifecycle.h"
 #include "coordinator/job/policy.h"
 #include "coordinator/job/rank_roster.h"
 #include "coordinator/job/rebalancer.h"
@@ -95,48 +97,6 @@ struct JobOptions {
   // wants them out of the log (dynmo-coordinator --log_plans=false). An
   // aborted plan is always a warning.
   LogLevel plan_event_level = LogLevel::kInfo;
-};
-
-// One event for the event log (event_log.h), as data.
-struct JobEvent {
-  LogLevel level = LogLevel::kInfo;
-  std::string name;
-  std::vector<LogField> fields;
-};
-
-// What one event asks of the caller, in order within each list.
-struct JobEffects {
-  struct Send {
-    std::shared_ptr<SessionSink> sink;
-    std::vector<int> ranks;  // the ranks of `sink` it is for
-    std::shared_ptr<const dynmo::v1::CoordinatorMessage> message;
-  };
-  struct Close {
-    std::shared_ptr<SessionSink> sink;
-    absl::Status why;
-  };
-  std::vector<Close> closes;  // before the sends
-  std::vector<Send> sends;
-  std::vector<JobEvent> events;
-  // GPUs a plan released; the job's record naming them is durable.
-  std::vector<dynmo::v1::ReleasedGpu> released;
-  // Counters since the event began.
-  int reports = 0;
-  int plans_issued = 0;
-  int plans_aborted = 0;
-  int plans_applied = 0;
-  double migrated_bytes = 0;
-  std::vector<double> decision_latency_s;  // one per balancer run
-  bool measures_changed = false;           // the measures were refreshed
-  bool speeds_changed = false;             // a rank's published speed moved
-};
-
-// One rank's upstream message, by reference: a Session's report or ack, or
-// one RankMessage of a HostBatch. Exactly one of report / ack is set.
-struct UpstreamMessage {
-  int rank;
-  const dynmo::v1::IterationReport* report;
-  const dynmo::v1::PlanAck* ack;
 };
 
 class JobMachine {
@@ -204,7 +164,7 @@ class JobMachine {
   const RankRoster& roster() const { return roster_; }
   const JobLayout& layout() const { return layout_; }
   const Rebalancer& rebalancer() const { return rebalancer_; }
-  const PlanProtocol& protocol() const { return protocol_; }
+  const PlanLifecycle& plans() const { return plans_; }
   const core::RankSpeeds& speeds() const { return speeds_; }
   // The job's PipelineModel from the profile, each active stage at its
   // slowest replica's speed, or FAILED_PRECONDITION while some (replica,
@@ -231,9 +191,6 @@ class JobMachine {
              uint64_t epoch, std::string owner);
 
   JobParts Parts() const;
-  // Returns true when the rank's epoch was adopted (must be persisted).
-  bool ApplyRegister(const dynmo::v1::RegisterRequest& request, absl::Time now,
-                     JobEffects* out);
 
   // ---- Checks (job_machine_checks.cc) ----
   absl::Status Check(const UpstreamMessage& m) const;
@@ -258,40 +215,21 @@ class JobMachine {
   int64_t IterationsLeft() const;
   // The policy's balancer, timed for the metrics.
 
-  // ---- Plan effects (job_machine_plan.cc) ----
-  // Queues `m` for every participant's session; returns how many ranks and
-  // sessions it went to.
-  std::pair<int, int> SendToParticipants(const dynmo::v1::CoordinatorMessage& m,
-                                         JobEffects* out);
-  // What the (re)attached `ranks` of `sink` may have missed, one message per
-  // kind for all of them (PlanProtocol::MissedMessages).
-  void ResendInFlight(const std::shared_ptr<SessionSink>& sink,
-                      absl::Span<const int> ranks, JobEffects* out);
+  // ---- Plans (job_machine_plan.cc) ----
+  // The decision as a plan, issued through the lifecycle (durable first).
   absl::StatusOr<dynmo::v1::Plan> Issue(const Decision& decision,
                                         const std::string& reason, absl::Time now,
                                         JobEffects* out);
-  // Carries out what the plan protocol asked for.
-  void RunStep(const PlanStep& step, absl::Time now, JobEffects* out);
-  void Commit(absl::Time now, JobEffects* out);
-  void Abort(const std::string& why, absl::Time now, JobEffects* out);
-  void Apply(const std::string& why, absl::Time now, JobEffects* out);
+  // Carries out what the plan lifecycle asked for, in its order: the
+  // layout switched, the record persisted, then its effects into `out`.
+  // Returns the persistence error of a record that had to be durable
+  // first (its Undurable() outcome already carried), else OK.
+  absl::Status Carry(PlanReady ready, absl::Time now, JobEffects* out);
+  // The layout becomes `plan`'s: the GPUs it releases (and the repack
+  // event) and its re-shape go to `out`.
+  void SwitchLayout(const dynmo::v1::Plan& plan, absl::Time now, JobEffects* out);
   // A re-shaping plan's effects on the roster, the layout and the profile.
   void Reshape(const dynmo::v1::Reshape& reshape);
-  // The layout becomes `plan`'s, the GPUs it releases go to `out`, the job
-  // is persisted and the plan_applied event logged.
-  void SwitchLayout(const dynmo::v1::Plan& plan, const std::string& why,
-                    absl::Time now, JobEffects* out);
-  // A rank runs under `epoch`, newer than the job's applied one (reported,
-  // or named in a re-registration): after a restart or a plan the
-  // coordinator settled otherwise, the ranks are right. Applies the
-  // committed plan of that epoch, or adopts the epoch and the layout (from
-  // the plan's record, else from `registered`), aborting a plan in flight
-  // that was made from the older layout.
-  void AdoptApplied(int rank, uint64_t epoch,
-                    const dynmo::v1::RegisterRequest* registered, absl::Time now,
-                    JobEffects* out);
-  // Persists after a settled plan; a failure becomes the decision note.
-  void PersistSettled();
   void Log(LogLevel level, std::string name, std::vector<LogField> fields,
            JobEffects* out) {
     out->events.push_back(JobEvent{level, std::move(name), std::move(fields)});
@@ -305,7 +243,7 @@ class JobMachine {
   core::CostProfile profile_;
   JobLayout layout_;
   Rebalancer rebalancer_;
-  PlanProtocol protocol_;
+  PlanLifecycle plans_;
   core::RankSpeeds speeds_;
   // The same layer timed on several ranks (replicas, before and after a
   // move): the layers' correction of the probes (core/layer_overlap.h),

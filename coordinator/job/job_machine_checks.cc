@@ -59,15 +59,15 @@ absl::Status JobMachine::Check(const UpstreamMessage& m) const {
       return s;
     }
     if (absl::Status s = CheckIteration(m.report->iteration()); !s.ok()) return s;
-    if (absl::Status s = protocol_.CheckReportEpoch(m.report->applied_epoch()); !s.ok()) {
+    if (absl::Status s = plans_.CheckReportEpoch(m.report->applied_epoch()); !s.ok()) {
       return s;
     }
-    return CheckReportedLayers(roster_, layout_, protocol_.applied_epoch(), m.rank, *m.report);
+    return CheckReportedLayers(roster_, layout_, plans_.applied_epoch(), m.rank, *m.report);
   }
   if (m.ack != nullptr) {
     if (absl::Status s = ValidateAck(*m.ack); !s.ok()) return s;
     if (absl::Status s = CheckIteration(m.ack->iteration()); !s.ok()) return s;
-    return protocol_.CheckAck(m.rank, *m.ack);
+    return plans_.CheckAck(m.rank, *m.ack);
   }
   return absl::InvalidArgumentError(
       absl::StrCat("empty message for rank ", m.rank, " (neither report nor ack)"));
@@ -86,12 +86,12 @@ absl::Status JobMachine::CheckIteration(int64_t iteration) const {
 
 absl::Status JobMachine::CheckRegisterEpochs(
     const dynmo::v1::RegisterRequest& r) const {
-  const uint64_t limit = protocol_.epoch() + options_.epoch_window;
+  const uint64_t limit = plans_.epoch() + options_.epoch_window;
   if (r.applied_epoch() <= limit && r.pending_epoch() <= limit) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
       "rank ", r.rank(), " registered with epoch ",
       std::max(r.applied_epoch(), r.pending_epoch()), ", more than ",
-      options_.epoch_window, " beyond job ", name_, "'s epoch ", protocol_.epoch(),
+      options_.epoch_window, " beyond job ", name_, "'s epoch ", plans_.epoch(),
       " (--epoch_window)"));
 }
 

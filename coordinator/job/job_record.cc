@@ -8,7 +8,7 @@ namespace dynmo::service {
 dynmo::v1::JobRecord MakeJobRecord(const JobParts& job) {
   dynmo::v1::JobRecord rec;
   job.roster.ToRecord(&rec);
-  job.protocol.ToRecord(&rec);
+  job.plans.ToRecord(&rec);
   rec.set_owner(job.owner);
   rec.set_microbatches(job.layout.microbatches);
   rec.set_schedule(core::ScheduleName(job.layout.schedule));
@@ -30,15 +30,15 @@ dynmo::v1::JobSummary MakeJobSummary(const JobParts& job) {
   s.set_data_parallel_size(shape.data_parallel_size);
   s.set_num_layers(shape.num_layers);
   s.set_connected_ranks(job.roster.connected());
-  s.set_epoch(job.protocol.epoch());
-  s.set_applied_epoch(job.protocol.applied_epoch());
+  s.set_epoch(job.plans.epoch());
+  s.set_applied_epoch(job.plans.applied_epoch());
   s.set_last_iteration(job.rebalancer.newest_iteration());
   s.set_imbalance(job.rebalancer.measures().imbalance);
   s.set_bottleneck_s(job.rebalancer.measures().bottleneck);
   s.set_active_stages(active);
   s.set_released_stages(shape.pipeline_size - active);
   *s.mutable_policy() = PolicyToProto(job.rebalancer.policy());
-  s.set_plan_state(job.protocol.StateName());
+  s.set_plan_state(job.plans.StateName());
   s.set_reports(job.reports);
   return s;
 }
@@ -53,9 +53,9 @@ dynmo::v1::JobStatus MakeJobStatus(
   st.set_lower_bound_s(job.rebalancer.measures().lower_bound);
   st.set_predicted_bubble_ratio(job.rebalancer.bubble());
   st.set_note(job.rebalancer.note());
-  for (const auto& h : job.protocol.history()) *st.add_history() = h;
-  if (job.protocol.in_flight() != nullptr) {
-    *st.add_history() = *job.protocol.in_flight();
+  for (const auto& h : job.plans.history()) *st.add_history() = h;
+  if (job.plans.in_flight() != nullptr) {
+    *st.add_history() = *job.plans.in_flight();
   }
   if (model.ok()) {
     for (const core::LayerCost& c : model->layers) {
@@ -87,7 +87,7 @@ std::vector<dynmo::v1::GpuPlacement> MakePlacements(const JobParts& job) {
     p.set_released(released);
     p.set_stage(released ? -1 : rank.pipeline_rank);
     p.set_replica(released ? -1 : rank.data_parallel_rank);
-    p.set_epoch(job.protocol.applied_epoch());
+    p.set_epoch(job.plans.applied_epoch());
     out.push_back(std::move(p));
   }
   return out;
@@ -95,8 +95,8 @@ std::vector<dynmo::v1::GpuPlacement> MakePlacements(const JobParts& job) {
 
 dynmo::v1::RegisterResponse MakeRegisterResponse(const JobParts& job, int rank) {
   dynmo::v1::RegisterResponse response;
-  response.set_epoch(job.protocol.epoch());
-  response.set_applied_epoch(job.protocol.applied_epoch());
+  response.set_epoch(job.plans.epoch());
+  response.set_applied_epoch(job.plans.applied_epoch());
   for (int b : job.layout.boundaries) response.add_boundaries(b);
   for (int s : job.layout.active_stages) response.add_active_stages(s);
   response.set_released(!RankRoster::IsActiveStage(

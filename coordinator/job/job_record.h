@@ -10,7 +10,7 @@
 #include "absl/status/statusor.h"
 #include "coordinator/core/cost_model.h"
 #include "coordinator/job/job_layout.h"
-#include "coordinator/job/plan_protocol.h"
+#include "coordinator/job/plan_lifecycle.h"
 #include "coordinator/job/rank_roster.h"
 #include "coordinator/job/rebalancer.h"
 #include "dynmo/v1/agent.pb.h"
@@ -22,7 +22,7 @@ namespace dynmo::service {
 // The parts of one job (not owned).
 struct JobParts {
   const RankRoster& roster;
-  const PlanProtocol& protocol;
+  const PlanLifecycle& plans;
   const JobLayout& layout;
   const Rebalancer& rebalancer;
   int64_t reports = 0;  // iteration reports received

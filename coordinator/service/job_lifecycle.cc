@@ -6,6 +6,7 @@
 //
 // Part of JobState (job_state.h): the job's lock as everywhere else.
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -22,18 +23,16 @@ absl::Status JobState::CheckOpenLocked() {
 }
 
 int JobState::Close(const std::string& why) {
-  int closed = 0;
-  {
-    absl::MutexLock lock(&mu_);
-    closed_ = true;
-    const std::vector<SessionRanks> sessions = machine_->DetachAll();
-    for (const SessionRanks& s : sessions) {
-      outbox_.Close(s.sink, absl::NotFoundError(why));
-    }
-    metrics_.reset();  // its series leave /metrics with it
-    closed = static_cast<int>(sessions.size());
+  Delivery delivery(&delivery_order_);  // the sessions end after the lock is released
+  absl::MutexLock lock(&mu_);
+  closed_ = true;
+  JobEffects ends;
+  for (SessionRanks& s : machine_->DetachAll()) {
+    ends.closes.push_back({std::move(s.sink), absl::NotFoundError(why)});
   }
-  outbox_.Deliver();  // the sessions end after the lock is released
+  metrics_.reset();  // its series leave /metrics with it
+  const int closed = static_cast<int>(ends.closes.size());
+  delivery.Take(ends);
   return closed;
 }
 

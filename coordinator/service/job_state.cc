@@ -6,15 +6,6 @@
 
 namespace dynmo::service {
 
-class JobState::FlushOnExit {
- public:
-  explicit FlushOnExit(JobState* job) : job_(job) {}
-  ~FlushOnExit() { job_->outbox_.Deliver(); }
-
- private:
-  JobState* job_;
-};
-
 JobState::JobState(const dynmo::v1::RegisterRequest& first,
                    const JobOptions& options, JobDeps deps, std::string owner)
     : name_(first.job()),
@@ -31,19 +22,16 @@ JobState::JobState(const dynmo::v1::JobRecord& record,
       owner_(record.owner()),
       deps_(deps),
       metrics_(deps.metrics != nullptr ? deps.metrics->ForJob(name_) : nullptr) {
-  FlushOnExit flush(this);
+  Delivery delivery(&delivery_order_);
   absl::MutexLock lock(&mu_);
   JobEffects effects;
   machine_ = std::make_unique<JobMachine>(record, options, deps_.keeper, absl::Now(),
                                           &effects);
-  CarryLocked(effects);
+  CarryLocked(effects, &delivery);
 }
 
-void JobState::CarryLocked(JobEffects& fx) {
-  for (JobEffects::Close& c : fx.closes) outbox_.Close(c.sink, c.why);
-  for (JobEffects::Send& s : fx.sends) {
-    outbox_.Queue(std::move(s.sink), std::move(s.ranks), std::move(s.message));
-  }
+void JobState::CarryLocked(JobEffects& fx, Delivery* delivery) {
+  delivery->Take(fx);
   for (const JobEvent& e : fx.events) LogEvent(e.level, e.name, e.fields);
   if (deps_.metrics != nullptr) {
     for (double s : fx.decision_latency_s) deps_.metrics->DecisionLatency(s);
@@ -94,40 +82,40 @@ absl::Status JobState::Register(const dynmo::v1::RegisterRequest& request,
 absl::Status JobState::RegisterMany(
     const google::protobuf::RepeatedPtrField<dynmo::v1::RegisterRequest>& requests,
     std::vector<dynmo::v1::RegisterResponse>* responses) {
-  FlushOnExit flush(this);
+  Delivery delivery(&delivery_order_);
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckOpenLocked(); !s.ok()) return s;
   std::vector<const dynmo::v1::RegisterRequest*> all;
   for (const auto& r : requests) all.push_back(&r);
   JobEffects effects;
   absl::Status s = machine_->Register(all, absl::Now(), responses, &effects);
-  CarryLocked(effects);
+  CarryLocked(effects, &delivery);
   return s;
 }
 
 absl::Status JobState::Attach(int rank, absl::string_view session_key,
                               std::shared_ptr<SessionSink> sink) {
-  FlushOnExit flush(this);
+  Delivery delivery(&delivery_order_);
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckOpenLocked(); !s.ok()) return s;
   const int ranks[] = {rank};
   const std::string keys[] = {std::string(session_key)};
   JobEffects effects;
   absl::Status s = machine_->Attach(ranks, keys, /*host=*/false, std::move(sink), &effects);
-  CarryLocked(effects);
+  CarryLocked(effects, &delivery);
   return s;
 }
 
 absl::Status JobState::AttachHost(absl::Span<const int> ranks,
                                   absl::Span<const std::string> session_keys,
                                   std::shared_ptr<SessionSink> sink) {
-  FlushOnExit flush(this);
+  Delivery delivery(&delivery_order_);
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckOpenLocked(); !s.ok()) return s;
   JobEffects effects;
   absl::Status s =
       machine_->Attach(ranks, session_keys, /*host=*/true, std::move(sink), &effects);
-  CarryLocked(effects);
+  CarryLocked(effects, &delivery);
   return s;
 }
 
@@ -164,31 +152,31 @@ absl::Status JobState::OnHostBatch(const dynmo::v1::HostBatch& batch) {
 }
 
 absl::Status JobState::OnUpstream(absl::Span<const UpstreamMessage> messages) {
-  FlushOnExit flush(this);
+  Delivery delivery(&delivery_order_);
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckOpenLocked(); !s.ok()) return s;
   JobEffects effects;
   absl::Status s = machine_->OnUpstream(messages, absl::Now(), &effects);
-  CarryLocked(effects);
+  CarryLocked(effects, &delivery);
   return s;
 }
 
 void JobState::Tick(absl::Time now) {
-  FlushOnExit flush(this);
+  Delivery delivery(&delivery_order_);
   absl::MutexLock lock(&mu_);
   if (closed_) return;
   JobEffects effects;
   machine_->Tick(now, &effects);
-  CarryLocked(effects);
+  CarryLocked(effects, &delivery);
 }
 
 absl::StatusOr<dynmo::v1::RebalanceResponse> JobState::Rebalance(absl::Time now) {
-  FlushOnExit flush(this);
+  Delivery delivery(&delivery_order_);
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckOpenLocked(); !s.ok()) return s;
   JobEffects effects;
   absl::StatusOr<dynmo::v1::RebalanceResponse> r = machine_->Rebalance(now, &effects);
-  CarryLocked(effects);
+  CarryLocked(effects, &delivery);
   return r;
 }
 

@@ -1,16 +1,18 @@
 // JobState: one training job in the coordinator daemon — the shell around
 // its JobMachine (job_machine.h), which holds and decides everything about
 // the job without locks or I/O. The shell adds what a daemon needs: the
-// lock that serialises the job, the queue its downstream messages leave by
-// (send_queue.h), the state keeper the machine's record is committed to,
+// lock that serialises the job, the order its downstream messages leave in
+// (delivery_order.h), the state keeper the machine's record is committed to,
 // the event log, the metrics, the pool released GPUs go to, and the job's
 // lifetime (job_lifecycle.cc: deletion, reopening, idle time for expiry).
-// Each call locks, hands the event to the machine, carries out the
-// machine's effects in order, unlocks, then delivers the messages.
+// Each call locks, hands the event to the machine (which has made its
+// record durable where a message names an epoch), carries out the
+// machine's effects, unlocks, then delivers the messages in its turn.
 //
 // Thread-safe: one mutex per job; lock order job -> pool -> keeper.
-// Downstream messages are queued under the job's lock and handed to the
-// sinks after it is released (send_queue.h), in order, grouped per sink: a
+// Downstream messages are handed to the sinks after the job's lock is
+// released, in the order the job produced them (delivery_order.h), grouped
+// per sink: a
 // multiplexed session (SessionSink shared by several ranks) gets one message
 // per broadcast listing the ranks it is for.
 #ifndef DYNMO_COORDINATOR_SERVICE_JOB_STATE_H_
@@ -32,7 +34,7 @@
 #include "coordinator/job/job_machine.h"
 #include "coordinator/service/metrics.h"
 #include "coordinator/service/released_pool.h"
-#include "coordinator/service/send_queue.h"
+#include "coordinator/service/delivery_order.h"
 #include "coordinator/job/session_sink.h"
 #include "coordinator/service/state_store.h"
 #include "dynmo/v1/agent.pb.h"
@@ -130,14 +132,12 @@ class JobState {
   absl::Status Persist();
 
  private:
-  // Sends what was queued once it goes out of scope: declared before the
-  // MutexLock, it runs after the lock is released.
-  class FlushOnExit;
   absl::Status OnUpstream(absl::Span<const UpstreamMessage> messages);
-  // Carries out what the machine asked for: closes and messages into the
-  // send queue, events into the log, counters and measures into the
-  // metrics, released GPUs into the pool.
-  void CarryLocked(JobEffects& effects) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Carries out what the machine asked for: closes and messages to
+  // `delivery` (with a turn), events into the log, counters and measures
+  // into the metrics, released GPUs into the pool.
+  void CarryLocked(JobEffects& effects, Delivery* delivery)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The machine's measures into the job's metrics.
   void PublishMeasuresLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // NOT_FOUND once the job was deleted (Close); else marks activity.
@@ -149,7 +149,7 @@ class JobState {
   std::unique_ptr<JobMetrics> metrics_;
 
   mutable absl::Mutex mu_;
-  SendQueue outbox_{&mu_};  // Queue and Close under mu_
+  DeliveryOrder delivery_order_;  // turns taken under mu_
   std::unique_ptr<JobMachine> machine_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time last_activity_ ABSL_GUARDED_BY(mu_) = absl::Now();

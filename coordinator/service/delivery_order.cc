@@ -1,0 +1,35 @@
+#include "coordinator/service/delivery_order.h"
+
+#include <utility>
+
+namespace dynmo::service {
+
+void DeliveryOrder::InTurn(uint64_t turn, absl::FunctionRef<void()> deliver) {
+  absl::MutexLock lock(&mu_);
+  while (done_ + 1 != turn) turn_done_.Wait(&mu_);
+  deliver();
+  done_ = turn;
+  turn_done_.SignalAll();
+}
+
+Delivery::~Delivery() {
+  if (turn_ == 0) return;  // no turn taken
+  order_->InTurn(turn_, [this] {
+    for (const JobEffects::Close& c : closes_) c.sink->Close(c.why);
+    for (const JobEffects::Send& s : sends_) s.sink->SendTo(s.ranks, s.message);
+  });
+}
+
+void Delivery::Take(JobEffects& effects) {
+  if (effects.closes.empty() && effects.sends.empty()) return;
+  for (JobEffects::Close& c : effects.closes) {
+    // A multiplexed session may be replaced for several ranks at once.
+    bool seen = false;
+    for (const JobEffects::Close& k : closes_) seen = seen || k.sink == c.sink;
+    if (!seen) closes_.push_back(std::move(c));
+  }
+  for (JobEffects::Send& s : effects.sends) sends_.push_back(std::move(s));
+  if (turn_ == 0) turn_ = order_->Take();
+}
+
+}  // namespace dynmo::service
