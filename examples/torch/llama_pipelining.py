@@ -95,6 +95,29 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     return args
 
 
+def iteration_record(pipe: DynamicPipeline, summary: dict, step: int, plan, tokens: int,
+                     microbatches: int) -> dict:
+    """The iteration's JSON record (see the module doc) from
+    ``pipe.iteration_summary``; ``tokens``: the job's tokens per iteration."""
+    return {"iteration": step, "iter": step, "loss": summary["loss"],
+            "tokens_per_s": tokens / summary["iteration_s"],
+            "iteration_s": summary["iteration_s"],
+            "boundaries": pipe.boundaries, "epoch": pipe.epoch,
+            "moved_bytes": summary["moved_bytes"], "stage_times": summary["stage_times"],
+            "microbatches": microbatches,
+            "layer_forward_s": summary["layer_forward_s"],
+            "layer_backward_s": summary["layer_backward_s"],
+            "layer_weight_grad_s": summary["layer_weight_grad_s"],
+            "plan": plan.reason if plan is not None else None}
+
+
+def print_iteration(name: str, record: dict, plan) -> None:
+    print(f"{name}: iter {record['iteration']} loss {record['loss']:.6f} "
+          f"tokens/s {record['tokens_per_s']:.0f} boundaries "
+          f"{','.join(map(str, record['boundaries']))}"
+          + (f" (plan epoch {plan.epoch} applied)" if plan is not None else ""), flush=True)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(1)
@@ -166,22 +189,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             if pipe.is_reporter:
                 if args.log_json and log is None:
                     log = open(args.log_json, "w")
-                record = {"iteration": step, "iter": step, "loss": summary["loss"],
-                          "tokens_per_s": rows * args.seq_len * args.dp / summary["iteration_s"],
-                          "iteration_s": summary["iteration_s"],
-                          "boundaries": pipe.boundaries, "epoch": pipe.epoch,
-                          "moved_bytes": summary["moved_bytes"],
-                          "stage_times": summary["stage_times"],
-                          "microbatches": args.microbatches,
-                          "layer_forward_s": summary["layer_forward_s"],
-                          "layer_backward_s": summary["layer_backward_s"],
-                          "layer_weight_grad_s": summary["layer_weight_grad_s"],
-                          "plan": plan.reason if plan is not None else None}
-                print(f"llama_pipelining: iter {step} loss {summary['loss']:.6f} "
-                      f"tokens/s {record['tokens_per_s']:.0f} boundaries "
-                      f"{','.join(map(str, pipe.boundaries))}"
-                      + (f" (plan epoch {plan.epoch} applied)" if plan is not None else ""),
-                      flush=True)
+                record = iteration_record(pipe, summary, step, plan,
+                                          rows * args.seq_len * args.dp, args.microbatches)
+                print_iteration("llama_pipelining", record, plan)
                 if log:
                     log.write(json.dumps(record) + "\n")
         if pipe.is_reporter:

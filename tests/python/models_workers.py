@@ -15,6 +15,7 @@ from dynmo.pipelining import DynamicPipeline
 
 VOCAB = 128
 SEQ = 16
+HOT_BLOCKS = [1]  # the MoE model's blocks whose router sends every token to 2 experts
 
 
 def build(kind):
@@ -25,6 +26,11 @@ def build(kind):
                                                  vocab_size=VOCAB, max_seq_len=SEQ))
         with torch.no_grad():  # torchtitan's initialisation writes into leaves
             model.init_weights()
+        return model
+    if kind == "torchtitan-qwen3-moe":
+        from moe_pipelining import build_qwen3_moe, skew_router
+        model = build_qwen3_moe(layers=4, dim=32, experts=4, top_k=2, seq_len=SEQ, hidden=32)
+        skew_router(model, HOT_BLOCKS, hot_experts=2)
         return model
     import transformers
     kinds = {"hf-llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM, "eager"),
@@ -83,6 +89,8 @@ def train(rank, world, init_file, out_dir, cfg):
         seen["tied"] = [hashlib.sha1(m.weight.detach().numpy().tobytes()).hexdigest()
                         for m in ends] if cfg["model"].endswith("-tied") else []
         seen["family"] = pipe.layout.family.name
+        # The last iteration's tokens per expert, per MoE layer held here.
+        seen["tokens_per_expert"] = {str(k): list(v) for k, v in pipe.tokens_per_expert.items()}
         pipe.close()
         record[run] = seen
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:

@@ -14,7 +14,11 @@ turns into the ``dynmo.LayerCost`` list its agents report.
 - resident bytes per layer (parameters, a gradient per trainable
   parameter, optimizer state, buffers), computed once per ``attach`` (a
   plan) and again at the activation samples and when the optimizer's
-  state set changes: they do not change between plans otherwise.
+  state set changes: they do not change between plans otherwise;
+- tokens per expert of each MoE block (``routing.ExpertCounts``: the
+  model's own ``tokens_per_expert`` counters, taken around each
+  ``schedule.step``: ``step_begins`` / ``step_ends``), of the same
+  iteration as the times.
 
 On a GPU nothing here waits on the device: ``end`` queues the iteration's
 marks and reads the newest iteration the device has finished (``query``),
@@ -34,6 +38,7 @@ from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
+from dynmo.pipelining.routing import ExpertCounts
 from dynmo.torch.memory import resident_bytes
 from dynmo.torch.timing import LayerTimer, Marks
 from dynmo.types import LayerCost
@@ -61,12 +66,18 @@ class CostMeter:
         self.layer_seconds: Dict[int, float] = {}  # per layer, of measured_iteration
         self.weight_gradient_seconds: Dict[int, float] = {}
         self.forward_seconds: Dict[int, float] = {}
+        self.routing = ExpertCounts()
+        self._routing_taken: Dict[int, Any] = {}  # iteration -> ExpertCounts.take()
+        # Per MoE layer, of measured_iteration: tokens its router sent to
+        # each expert, all micro-batches.
+        self.tokens_per_expert: Dict[int, Tuple[int, ...]] = {}
 
     def attach(self, layers: Dict[int, Sequence[nn.Module]],
                weight_stages: Sequence[Tuple[Any, Sequence[int]]] = ()) -> None:
         """Times these layers (id -> its modules) from now on, and the W
         actions of each (PipelineStage, its layer ids) given."""
         self.timer.attach({i: m[0] if len(m) == 1 else list(m) for i, m in layers.items()})
+        self.routing.attach(layers)
         self._activation_bytes = {}  # the layers changed: sample anew
         self._static_key = None
         for stage, ids in weight_stages:
@@ -76,6 +87,7 @@ class CostMeter:
 
     def detach(self) -> None:
         self.timer.detach()
+        self.routing.attach({})
 
     def begin(self, iteration: int) -> None:
         self._iteration = iteration
@@ -87,6 +99,11 @@ class CostMeter:
     def end(self) -> bool:
         """Queues this iteration's marks and reads the newest iteration the
         device has finished; True when that is a newer one than before."""
+        counts = self.routing.take()
+        if counts is not None:
+            # A mark after the counts' copy: done, it says the copy is too.
+            self.timer.mark()
+            self._routing_taken[self._iteration] = counts
         marks = self.timer.take()
         marks.extra, self._w_marks = self._w_marks, []
         marks.iteration = self._iteration
@@ -114,6 +131,10 @@ class CostMeter:
                 for layer, share in shares:
                     w[layer] = w.get(layer, 0.0) + spent * share
         self.measured_iteration = marks.iteration
+        for older in [i for i in self._routing_taken if i < marks.iteration]:
+            del self._routing_taken[older]  # an iteration never read (nothing timed)
+        counts = self._routing_taken.pop(marks.iteration, None)
+        self.tokens_per_expert = ExpertCounts.read(counts) if counts is not None else {}
         self.weight_gradient_seconds = w
         self.forward_seconds = {i: t.fwd_s for i, t in self._timings.items()}
         self.layer_seconds = {i: t.fwd_s + t.bwd_s + w.get(i, 0.0)

@@ -33,7 +33,9 @@ anywhere and the plan is acknowledged as not applied.
 
 ``end_iteration`` reports the newest iteration whose clocks the device has
 finished (``CostMeter``: on a GPU usually the one before, never a wait),
-with parameter counts and resident bytes computed once per plan.
+with parameter counts and resident bytes computed once per plan; an MoE
+model's tokens per expert of that iteration are read with them
+(``tokens_per_expert``).
 
 A re-pack plan also shrinks the
 groups to the ranks that stay; a released rank frees its layers and
@@ -337,6 +339,12 @@ class DynamicPipeline:
         return self.meter.layer_seconds
 
     @property
+    def tokens_per_expert(self) -> Dict[int, tuple]:
+        """Per held MoE layer, the tokens its router sent to each expert in
+        the iteration ``layer_seconds`` are of (``routing.py``)."""
+        return self.meter.tokens_per_expert
+
+    @property
     def weight_gradient_seconds(self) -> Dict[int, float]:
         """The last iteration's W (weight-gradient) seconds per layer."""
         return self.meter.weight_gradient_seconds
@@ -535,9 +543,11 @@ class DynamicPipeline:
 
         def step(*args, **kwargs):
             start = time.perf_counter()
+            self.meter.routing.step_begins()
             try:
                 return untimed(*args, **kwargs)
             finally:
+                self.meter.routing.step_ends()
                 self._step_s += time.perf_counter() - start
 
         schedule.step = step
