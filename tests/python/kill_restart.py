@@ -11,8 +11,9 @@ last launch's final weights are compared with one uninterrupted run's.
 
     python kill_restart.py --kills 12 --seed 1 [--timed] [--json out.json]
 
-``--timed`` also kills at seeded random wall times (the point it lands on
-is wherever the rank was). test_kill_restart.py runs a few deterministic
+The kinds of kill come round in turn (each once per round, in a seeded
+order); ``--timed`` adds one more kind, a SIGKILL from outside 0-2 s after
+both ranks loaded (the point it lands on is wherever the rank was). test_kill_restart.py runs a few deterministic
 kills; bench/kill_restart.sh the long form. Violations (a loss or weight
 that differs, a half-written checkpoint loaded, a launch that never ended)
 are listed in the summary's ``violations``: empty means the guarantee held.
@@ -36,7 +37,8 @@ JOB = dict(steps=16, save_every=4, plan_every=3, timeout_s=5,
            initial=[0, 3, 6], splits=[[0, 3, 6], [0, 1, 6], [0, 5, 6], [0, 2, 6]])
 # Splits a restart may resume at instead of the checkpoint's own.
 OTHER_SPLITS = [[0, 4, 6], [0, 2, 6], [0, 3, 6]]
-POINTS = ("forward", "migration", "save_begin", "save_written", "save_sidecar", "boundary")
+POINTS = ("forward", "migration", "save", "boundary")
+SAVE_POINTS = ("save_begin", "save_written", "save_sidecar")
 
 
 def _free_port():
@@ -93,11 +95,15 @@ def launch(cfg, out_dir, grace_s, kill_after_s=None, victim=None):
                                       stdout=log, stderr=subprocess.STDOUT,
                                       start_new_session=True))
     start = time.monotonic()
-    died_at = None
+    died_at, training_since = None, None
     timed_kill = kill_after_s is not None
     while any(p.poll() is None for p in procs):
         now = time.monotonic()
-        if timed_kill and now - start >= kill_after_s and procs[victim].poll() is None:
+        if timed_kill and training_since is None and \
+                all(e for e in _read(out_dir).values()):  # both ranks wrote "loaded"
+            training_since = now
+        if timed_kill and training_since is not None and \
+                now - training_since >= kill_after_s and procs[victim].poll() is None:
             procs[victim].send_signal(signal.SIGKILL)
             timed_kill = False
         if died_at is None and any(p.poll() is not None and p.returncode != 0 for p in procs):
@@ -140,13 +146,15 @@ def _moving_plans(first, split, job):
     return out
 
 
-def _kill_point(rng, first, split, job, points):
-    """A kill point at or after iteration ``first`` of a kind drawn from
-    ``points`` (a layer's forward when no iteration left has that kind)."""
-    steps = job["steps"]
-    plans = _moving_plans(first, split, job)
+def _kill_point(rng, first, split, job, where):
+    """A kill point of kind ``where`` in the few iterations after ``first``
+    (a checkpoint's worth and two more; a layer's forward when none of them
+    has that kind)."""
+    steps = min(job["steps"], first + job["save_every"] + 2)
+    plans = [k for k in _moving_plans(first, split, job) if k < steps]
     saves = [k for k in range(first, steps) if (k + 1) % job["save_every"] == 0]
-    where = rng.choice(points)
+    if where == "save":  # one kind among the others, its three points among it
+        where = rng.choice(SAVE_POINTS)
     if where == "migration" and plans:
         return {"where": where, "iteration": rng.choice(plans), "rank": rng.randrange(2),
                 "call": rng.randint(1, 3)}
@@ -156,33 +164,37 @@ def _kill_point(rng, first, split, job, points):
     if where == "boundary":
         return {"where": where, "iteration": rng.randrange(first, steps),
                 "rank": rng.randrange(2)}
+    # A rank holds one layer at least, so it runs two forwards an iteration
+    # (two micro-batches).
     return {"where": "forward", "iteration": rng.randrange(first, steps),
-            "rank": rng.randrange(2), "call": rng.randint(1, 4)}
+            "rank": rng.randrange(2), "call": rng.randint(1, 2)}
 
 
-def run(kills, seed, work, points=POINTS, timed=False, grace_s=30.0, chosen=None):
+def run(kills, seed, work, points=POINTS, timed=False, grace_s=30.0, chosen=None, steps=None):
     """The reference run, then launches with ``kills`` kills and one to finish;
     returns the summary (``violations`` empty when every guarantee held).
     ``chosen``: the kills as given instead of drawn, in order, each
-    {"kill": point, "boundaries": a split to resume at (optional)}."""
+    {"kill": point, "boundaries": a split to resume at (optional)}.
+    ``steps``: the job's iterations (JOB's by default)."""
     if chosen is not None:
         kills = len(chosen)
+    job = dict(JOB, steps=steps or JOB["steps"])
     rng = random.Random(seed)
     ref_root = os.path.join(work, "reference")
-    ref = launch(dict(JOB, root=os.path.join(ref_root, "ckpt")), ref_root, grace_s)
+    ref = launch(dict(job, root=os.path.join(ref_root, "ckpt")), ref_root, grace_s)
     ref_records = _read(ref_root)
     reference = _losses(ref_records)
     ref_weights = _weights(ref_records)
     violations = []
-    if ref["returncodes"] != [0, 0] or len(reference) != JOB["steps"]:
+    if ref["returncodes"] != [0, 0] or len(reference) != job["steps"]:
         return {"violations": [f"the uninterrupted run failed: {ref}"]}
     root = os.path.join(work, "ckpt")
-    launches, n = [], 0
+    launches, n, order = [], 0, []
     while True:
         n += 1
         newest = _complete(root)
         first = int(newest[-1].split("-")[1]) + 1 if newest else 0
-        cfg = dict(JOB, root=root)
+        cfg = dict(job, root=root)
         if newest and rng.random() < 0.3:  # resume at another split than the saved one
             cfg["boundaries"] = rng.choice(OTHER_SPLITS)
         kill, kill_after_s, victim = None, None, None
@@ -191,14 +203,18 @@ def run(kills, seed, work, points=POINTS, timed=False, grace_s=30.0, chosen=None
             cfg.pop("boundaries", None)
             if "boundaries" in chosen[len(launches)]:
                 cfg["boundaries"] = chosen[len(launches)]["boundaries"]
-        elif len(launches) < kills:
-            if timed and rng.random() < 0.4:
-                victim, kill_after_s = rng.randrange(2), round(rng.uniform(3.0, 9.0), 2)
+        elif len(launches) < kills and first < job["steps"]:
+            if not order:  # every kind once per round, in a seeded order
+                kinds = list(points) + (["timed"] if timed else [])
+                order = rng.sample(kinds, len(kinds))
+            where = order.pop()
+            if where == "timed":
+                victim, kill_after_s = rng.randrange(2), round(rng.uniform(0.0, 2.0), 2)
                 kill = {"where": "timed", "after_s": kill_after_s, "rank": victim}
             else:
                 split = cfg.get("boundaries") or (_saved_split(root, newest[-1]) if newest
-                                                  else JOB["initial"])
-                kill = _kill_point(rng, first, split, JOB, points)
+                                                  else job["initial"])
+                kill = _kill_point(rng, first, split, job, where)
                 cfg["kill"] = kill
         out_dir = os.path.join(work, f"launch{n}")
         partial_before = _partial(root)
@@ -240,13 +256,14 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--kills", type=int, default=12)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--steps", type=int, default=None, help=f"iterations (default {JOB['steps']})")
     p.add_argument("--timed", action="store_true", help="also kill at random wall times")
     p.add_argument("--json", default=None, help="write the summary here")
     p.add_argument("--keep", default=None, help="work directory to keep (default: temporary)")
     args = p.parse_args(argv)
     work = args.keep or tempfile.mkdtemp(prefix="dynmo-kill-")
     try:
-        summary = run(args.kills, args.seed, work, timed=args.timed)
+        summary = run(args.kills, args.seed, work, timed=args.timed, steps=args.steps)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
