@@ -38,6 +38,12 @@ def events(log, name):
         return [line for line in f if f"event={name} " in line]
 
 
+def refused_as_stale(log):
+    """Plans aborted because a rank's layout was not the one planned from
+    (an abort for time, under load, is not this test's business)."""
+    return [line for line in events(log, "plan_aborted") if "does not hold" in line]
+
+
 def field(line, key):
     return line.split(f" {key}=")[1].split(" ")[0]
 
@@ -51,7 +57,7 @@ def test_an_embedded_coordinator_plans_from_the_split_a_resumed_job_loaded(monke
         monkeypatch.setenv("DYNMO_COORDINATOR_LOG", log)
         resumed = run_ranks(w.train, dict(cfg, resume=root), 2)
         issued = events(log, "plan_issued")
-        aborted = events(log, "plan_aborted")
+        aborted = refused_as_stale(log)
     assert all(not r["errors"] for r in resumed)
     assert issued and field(issued[0], "boundaries_from") == "0,7,8", issued
     assert resumed[0]["plans"], "the resumed job applied no plan"
@@ -87,7 +93,7 @@ def test_a_coordinator_with_state_adopts_the_split_of_an_older_checkpoint_with_a
             resumed = run_ranks(w.train, dict(cfg, steps=20, coordinator=c.address,
                                               resume=root), 2)
         issued = events(log, "plan_issued")
-        aborted = events(log, "plan_aborted")
+        aborted = refused_as_stale(log)
         with open(log) as f:
             warned = [line for line in f if "level=warning" in line and "0,7,8" in line]
     assert all(not r["errors"] for r in resumed)
