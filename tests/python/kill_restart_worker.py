@@ -39,9 +39,6 @@ import pipelining_workers as w  # noqa: E402
 import dynmo.torch.migration as migration  # noqa: E402
 from dynmo.pipelining import DynamicPipeline, checkpoint  # noqa: E402
 
-WHERE = ("boundary", "forward", "migration", "save_begin", "save_written", "save_sidecar")
-
-
 def die():
     os.kill(os.getpid(), signal.SIGKILL)
 
@@ -53,6 +50,7 @@ class Killer:
         self.kill = kill if kill and kill["rank"] == rank else None
         self.armed = False
         self.calls = 0
+        self.hooked = set()
 
     def at(self, points, iteration):
         """Arms the chosen point when it is one of ``points`` at ``iteration``."""
@@ -92,7 +90,6 @@ class Killer:
             self.tick("save_sidecar")
 
         checkpoint._write_durably = sidecar
-        self.hooked = set()
         self.hook_layers(pipe)
 
     def hook_layers(self, pipe):
