@@ -1,6 +1,6 @@
 # Sourced by the trainer benchmarks (trainer_bench.sh, reshape_bench.sh,
 # straggler.sh, straggler_pipelining.sh, pipelining_side_by_side.sh,
-# idle_overhead_pipelining.sh):
+# idle_overhead_pipelining.sh, moe_pipelining.sh):
 # starting one dynmo-train job's ranks on loopback, as torchrun would.
 #   free_port                      a TCP port free on 127.0.0.1 now
 #   run_ranks BIN_DIR WORLD OUT_DIR FLAGS...
@@ -18,11 +18,17 @@
 #                                  loop's weight (1024 at nice 0: about
 #                                  half; 820 at 2: 0.56; 335 at 5: 0.75).
 #   pinned_example VENV LOG FLAGS...
-#                                  examples/torch/llama_pipelining.py with
-#                                  FLAGS on 2 ranks under VENV's torchrun,
-#                                  rank r pinned to core r; its output in LOG
+#                                  examples/torch/$EXAMPLE (default
+#                                  llama_pipelining.py) with FLAGS on 2
+#                                  ranks under VENV's torchrun, rank r
+#                                  pinned to core r; its output in LOG
 #                                  (the last 20 lines shown, and exit 1, if
 #                                  it fails).
+#   example_env BUILD_DIR          for the examples under torch: sets venv
+#                                  (scripts/install-torch.sh's, installed
+#                                  if missing) and exports PYTHONPATH
+#                                  ($PYTHON_DIR, else BUILD_DIR/python),
+#                                  DYNMO_BIN_DIR and OMP_NUM_THREADS=1.
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
@@ -45,7 +51,13 @@ pinned_example() {
   # shellcheck disable=SC2016  # $LOCAL_RANK expands in each rank's own shell
   "$venv/bin/torchrun" --standalone --nproc-per-node 2 --no-python \
     sh -c 'exec taskset -c "$LOCAL_RANK" "$0" "$@"' "$venv/bin/python" \
-    examples/torch/llama_pipelining.py "$@" >"$log" 2>&1 || { tail -20 "$log"; exit 1; }
+    "examples/torch/${EXAMPLE:-llama_pipelining.py}" "$@" >"$log" 2>&1 || { tail -20 "$log"; exit 1; }
+}
+
+example_env() {
+  venv="$(bash scripts/install-torch.sh | tail -n 1)"
+  export PYTHONPATH="${PYTHON_DIR:-$PWD/$1/python}" DYNMO_BIN_DIR="$PWD/$1/bin"
+  export OMP_NUM_THREADS=1
 }
 
 busy_pid=""

@@ -17,7 +17,8 @@
 # transformers with the dependencies pip resolves for it (none of them is
 # torch); torchtitan 0.2.2 (0.3 needs a newer torch) without its declared
 # dependencies (training-loop tooling: datasets, tensorboard, ...), adding
-# only the modules `import torchtitan.models.llama3` reaches, each pinned
+# only the modules `import torchtitan.models.llama3` reaches (its Qwen3 MoE
+# reaches no others; Triton comes with the torch wheel), each pinned
 # and also without dependencies, so that nothing replaces torch.
 set -euo pipefail
 torch_version=2.11.0
@@ -45,6 +46,6 @@ pip=("$venv/bin/pip" install -q --disable-pip-version-check)
 # shellcheck disable=SC2086
 "${pip[@]}" --no-deps $titan >&2
 "$venv/bin/python" -c 'import torch; assert torch.__version__.startswith("'"$torch_version"'"), torch.__version__' >&2
-"$venv/bin/python" -c 'import torchtitan.models.llama3, transformers' >&2
+"$venv/bin/python" -c 'import torchtitan.models.llama3, torchtitan.models.qwen3, transformers' >&2
 echo "$want" >"$stamp"
 echo "$venv"
