@@ -139,7 +139,8 @@ def train(rank, world, init_file, out_dir, cfg):
             boundaries=cfg.get("boundaries"), optimizer=make_optimizer,
             lr_scheduler=make_scheduler, coordinator=cfg.get("coordinator"),
             policy=cfg.get("policy"), coordinator_flags=cfg.get("flags", ()),
-            job=cfg.get("job", "pipelining-test"))
+            job=cfg.get("job", "pipelining-test"),
+            data_parallel=cfg.get("data_parallel", "ddp"))
         if clock is not None:
             pipe.meter.timer.clock = clock
     except (TypeError, ValueError) as e:
@@ -210,8 +211,10 @@ def train(rank, world, init_file, out_dir, cfg):
             from dynmo.pipelining import checkpoint
             checkpoint.save(pipe, cfg["save_root"], step)
     state = {}
-    for layer, mods in pipe.held_layers().items():
-        state[layer] = sum(float(p.detach().double().sum()) for m in mods for p in m.parameters())
+    for layer, mods in sorted(pipe.held_layers().items()):
+        # A sharded parameter (FSDP2) is summed whole: gathered over its
+        # replicas, which hold the same layers in the same order.
+        state[layer] = sum(float(_whole(p).double().sum()) for m in mods for p in m.parameters())
     record["weights"] = state
     if cfg.get("tied"):  # each copy of the tied matrix this rank holds, by bytes
         held = pipe.held_layers()
@@ -228,6 +231,11 @@ def train(rank, world, init_file, out_dir, cfg):
     pipe.close()
     _write(out_dir, rank, record)
     dist.destroy_process_group()
+
+
+def _whole(p):
+    p = p.detach()
+    return p.full_tensor() if hasattr(p, "full_tensor") else p
 
 
 def _write(out_dir, rank, record):

@@ -15,7 +15,9 @@ optimizer's group hyper-parameters, the LR scheduler's state, each rank's
 RNG states (CPU and CUDA), and in ``dynmo.json`` the iteration, split,
 stage ids and plan epoch in force. Replicas of a stage (dp > 1) hold the
 same FQNs and DCP writes them once; on load every rank reads the FQNs of
-the layers it holds now, wherever they were saved from.
+the layers it holds now, wherever they were saved from. Under FSDP2 a
+parameter and its state are DTensors: each replica writes its shard, and
+on load reads the shard it holds now (DCP re-shards).
 
 A checkpoint is written into ``.step-<iteration>.partial`` and renamed to
 ``step-<iteration>`` by rank 0 only after every rank's DCP write and the
@@ -37,6 +39,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+from torch.distributed.tensor import DTensor
 
 _DONE = re.compile(r"^step-(\d+)$")
 _SIDECAR = "dynmo.json"
@@ -147,8 +150,13 @@ def _state(pipe, with_values: bool, stored: Optional[Dict[str, Any]] = None
             if not name.startswith(prefix) or "." in name[len(prefix):]:
                 continue
             if isinstance(item, TensorStorageMetadata):
+                dtype = item.properties.dtype
+                if isinstance(t, DTensor) and tuple(item.size) == tuple(t.shape):
+                    # FSDP2: this replica's shard of the state, as its parameter's.
+                    state[name] = torch.empty_like(t.detach(), dtype=dtype)
+                    continue
                 dev = t.device if len(item.size) else _scalar_device(opt, t)
-                state[name] = torch.empty(item.size, dtype=item.properties.dtype, device=dev)
+                state[name] = torch.empty(item.size, dtype=dtype, device=dev)
             else:
                 state[name] = b""  # a plain value (pickled): DCP puts it here
     rank = dist.get_rank()

@@ -13,8 +13,10 @@ split DynMo changes while it trains.
 
 The steps, in the order the constructor takes them: read the model's
 layout (``layout.py``), place ranks and build groups (``topology.py``), keep
-this rank's layers, wrap each local stage's chunk in a ``PipelineStage``
-(in DDP over the stage's data-parallel group when dp > 1), build the
+this rank's layers (with ``data_parallel="fsdp2"`` each ``fully_shard``ed
+over its stage's replicas, ``fsdp.py``), wrap each local stage's chunk in
+a ``PipelineStage`` (in DDP over the stage's data-parallel group when
+dp > 1, or as the FSDP2 root over its layers), build the
 schedule from ``get_schedule_class``, build the optimizer and LR scheduler
 with the user's factories over the held parameters, attach the layer timer
 and connect one ``dynmo.Agent`` per local stage.
@@ -59,6 +61,7 @@ from torch.distributed.pipelining.schedules import PipelineScheduleSingle
 
 from dynmo import _core
 from dynmo.pipelining.cost_meter import CostMeter
+from dynmo.pipelining.fsdp import replica_mesh, shard_chunk, shard_layer
 from dynmo.pipelining.job_link import JobLink
 from dynmo.pipelining.layout import ModelLayout, ModelParts
 from dynmo.pipelining.plan_check import plan_problem
@@ -98,7 +101,11 @@ class DynamicPipeline:
     time its layers take moves); ``speed_probe_steady_every`` otherwise
     (``dynmo._core.ProbeCadence``; 0: never probe). ``migration_timeout_s``:
     the bound on every wait of a migration (a dead peer raises
-    ``MigrationError`` within it).
+    ``MigrationError`` within it). ``data_parallel``: how a stage's
+    replicas share its layers, "ddp" (each a full copy, gradients
+    all-reduced: the default) or "fsdp2" (each layer ``fully_shard``ed over
+    them, parameters and optimizer state DTensors of this replica's shard:
+    see ``fsdp.py``; also at dp 1).
     """
 
     def __init__(self, model: nn.Module, *, schedule: str, n_microbatches: int,
@@ -116,7 +123,8 @@ class DynamicPipeline:
                  measure_activations: bool = True, timing: bool = True,
                  speed_probe_every: int = 5, speed_probe_steady_every: int = 25,
                  planned_iterations: int = 0,
-                 migration_timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+                 migration_timeout_s: float = DEFAULT_TIMEOUT_S,
+                 data_parallel: str = "ddp") -> None:
         if not dist.is_initialized():
             raise RuntimeError("dynmo.pipelining: call torch.distributed.init_process_group "
                                "first")
@@ -139,6 +147,16 @@ class DynamicPipeline:
             raise ValueError(f"dynmo.pipelining: {self.schedule_name} cannot run over Gloo in "
                              f"torch 2.11 (its stages send to their own rank); use NCCL or "
                              f"InterleavedZeroBubble")
+        if data_parallel not in ("ddp", "fsdp2"):
+            raise ValueError(f"dynmo.pipelining: data_parallel must be 'ddp' or 'fsdp2', "
+                             f"got {data_parallel!r}")
+        self.data_parallel = data_parallel
+        fsdp2 = data_parallel == "fsdp2"
+        if self.schedule_name in SPLIT_BACKWARD and fsdp2:
+            raise ValueError(f"dynmo.pipelining: {self.schedule_name} with data_parallel "
+                             f"'fsdp2' is not supported yet (its W actions' gradient "
+                             f"reduction under FSDP2 is untested); use GPipe, 1F1B, "
+                             f"Interleaved1F1B or LoopedBFS")
         if self.schedule_name in SPLIT_BACKWARD and dp > 1:
             # Measured here: under DDP the W actions' weight gradients are
             # not averaged (DDP's reducer never sees them), so the replicas
@@ -173,7 +191,8 @@ class DynamicPipeline:
         self.last_exchange_s = 0.0
         self.loss_fn = loss_fn
         self.layout = ModelLayout(model, blocks, first, last)
-        self.topology = Topology(pp, dp, v, "v" if self.schedule_name in V_STYLE else "loop")
+        self.topology = Topology(pp, dp, v, "v" if self.schedule_name in V_STYLE else "loop",
+                                 replica_groups=fsdp2)
         stages = self.topology.num_stages
         if stages > self.layout.num_layers:
             raise ValueError(f"dynmo.pipelining: {stages} stages for {self.layout.num_layers} "
@@ -192,7 +211,17 @@ class DynamicPipeline:
         layer_modules = {i: [model.get_submodule(f) for f in self.layout.fqns(i)]
                          for i in range(self.layout.num_layers)}
         ties = find_ties(layer_modules)
+        if ties and fsdp2:
+            # A tie's copies would be DTensors of two FSDP units; summing
+            # their gradients (tied.py) is written for plain tensors.
+            raise ValueError("dynmo.pipelining: tied parameters (tied embeddings) with "
+                             "data_parallel 'fsdp2' are not supported yet; untie them or "
+                             "use 'ddp'")
         self.parts = ModelParts(model, self.layout, held, self.device)
+        self._mesh = replica_mesh(self.topology.dp_group, self.device) if fsdp2 else None
+        if self._mesh is not None:
+            for modules in self.parts.held.values():
+                shard_layer(modules, self._mesh)
         self.optimizer = optimizer(_distinct(self.parts.parameters()))
         self.lr_scheduler = lr_scheduler(self.optimizer) if lr_scheduler else None
         self._tied = TiedGradients(ties) if ties else None
@@ -440,8 +469,8 @@ class DynamicPipeline:
                 transfers.append(Transfer(move.layer, src, dst, self.parts.held[move.layer],
                                           move.round))
             elif move.to_stage in mine:
-                transfers.append(Transfer(move.layer, src, dst,
-                                          self.parts.empty_layer(move.layer), move.round))
+                transfers.append(Transfer(move.layer, src, dst, self._empty_layer(move.layer),
+                                          move.round))
         done = migrate(transfers, self.optimizer, rank=topo.rank, device=self._wire,
                        group=topo.job_group, epoch=plan.epoch,
                        timeout_s=self.migration_timeout_s, lr_scheduler=self.lr_scheduler)
@@ -519,8 +548,8 @@ class DynamicPipeline:
                 mods = self.parts.held[layer]
                 timed[layer] = mods
             self.stage_modules.append(chunk)
-            stages.append(PipelineStage(self._data_parallel(chunk), position, topo.num_stages,
-                                        self.device, group=topo.pp_group))
+            stages.append(PipelineStage(self._data_parallel(chunk, r), position,
+                                        topo.num_stages, self.device, group=topo.pp_group))
         self.pipeline_stages = stages
         self._grad_signature = self._requires_grad_signature()
         if self._timing:
@@ -556,25 +585,39 @@ class DynamicPipeline:
     def schedule(self):
         """The schedule to ``step``: rebuilt after a plan, and under dp > 1 also
         when the set of trainable parameters changed (DDP registers them at
-        construction; freezing a layer changes it)."""
+        construction; freezing a layer changes it; FSDP2 reads it in every
+        backward)."""
         if self.released:
             return None
-        if self.topology.dp > 1 and self._requires_grad_signature() != self._grad_signature:
+        if self.topology.dp > 1 and self._mesh is None and \
+                self._requires_grad_signature() != self._grad_signature:
             # Every replica of a stage changes alike (same layers, same
             # iteration), so the DDP constructor's collective matches; the
             # stages and the schedule stay, as do their neighbours'.
             for stage, chunk in zip(self.pipeline_stages, self.stage_modules):
-                stage.submod = self._data_parallel(chunk)
+                stage.submod = self._data_parallel(chunk, self._range(
+                    self.stage_ids[stage.stage_index]))
             self._grad_signature = self._requires_grad_signature()
         return self._schedule
 
-    def _data_parallel(self, chunk: nn.Module) -> nn.Module:
-        """``chunk`` in DDP over its stage's replicas (dp > 1), else itself."""
+    def _data_parallel(self, chunk: nn.Module, layers: range) -> nn.Module:
+        """``chunk`` (of ``layers``) as the FSDP2 root over its layers' units,
+        or in DDP over its stage's replicas (dp > 1), else itself."""
+        if self._mesh is not None:
+            return shard_chunk(chunk, [self.parts.held[i] for i in layers], self._mesh)
         if self.topology.dp == 1:
             return chunk
         return nn.parallel.DistributedDataParallel(
             chunk, process_group=self.topology.dp_group, broadcast_buffers=False,
             device_ids=[self.device.index] if self.device.type == "cuda" else None)
+
+    def _empty_layer(self, layer: int) -> List[nn.Module]:
+        """An empty ``layer`` to receive a migrated one into: sharded like
+        the held ones under FSDP2 (each replica receives its shard)."""
+        modules = self.parts.empty_layer(layer)
+        if self._mesh is not None:
+            shard_layer(modules, self._mesh)
+        return modules
 
     def _requires_grad_signature(self):
         return tuple(p.requires_grad for p in self.parts.parameters())

@@ -13,7 +13,8 @@ DualPipeV) — what ``torch.distributed.pipelining`` expects of each.
 
 ``Topology`` also makes the groups: per replica the pipeline group its
 ``PipelineStage`` objects talk over, per stage position the data-parallel
-group DDP averages over, the job group every rank of the job migrates in,
+group DDP averages over (FSDP2 shards over; built for dp 1 too when
+``replica_groups``), the job group every rank of the job migrates in,
 and its CPU twin, the control group (Gloo): the per-iteration agreement on
 a plan and the logs' gathers run there, so they never wait on a GPU (the
 job group itself when the backend already takes CPU tensors).
@@ -43,7 +44,8 @@ def stages_of_pp_rank(pp_rank: int, pp: int, v: int, style: str) -> List[int]:
 class Topology:
     """This rank's place in pp x dp and the groups it communicates in."""
 
-    def __init__(self, pp: int, dp: int, v: int, style: str) -> None:
+    def __init__(self, pp: int, dp: int, v: int, style: str,
+                 replica_groups: bool = False) -> None:
         world = dist.get_world_size()
         if pp < 1 or dp < 1 or pp * dp != world:
             raise ValueError(f"dynmo.pipelining: pp {pp} x dp {dp} must equal the world "
@@ -58,6 +60,7 @@ class Topology:
         self.job_group: Optional[dist.ProcessGroup] = None
         self.control_group: Optional[dist.ProcessGroup] = None
         self._cpu_backend = takes_cpu_tensors(str(dist.get_backend()))
+        self._replica_groups = replica_groups or dp > 1
         self._build_groups(first=True)
 
     @property
@@ -102,7 +105,7 @@ class Topology:
                 if r == self.dp_rank and self.pp_rank in active:
                     self.pp_group = g
         if first:
-            if dp > 1:
+            if self._replica_groups:
                 for p in range(pp):
                     g = dist.new_group([self.global_rank(p, r) for r in range(dp)])
                     if p == self.pp_rank:

@@ -27,6 +27,12 @@ What travels, per pair of ranks and in three kinds of batch:
   parameters from its optimizer and a receiver adopt its own: a plan that
   fails anywhere changes nothing anywhere.
 
+A DTensor parameter (FSDP2's ``fully_shard``) travels as its local shard
+and its state as theirs, into a layer the receiver has sharded alike (the
+same global and local shapes and placements, checked with the header):
+each replica of a sharded stage moves its own shard to its peer replica,
+so the layer's full state moves once, split over the replicas.
+
 Any ``torch.optim`` optimizer's per-parameter state travels bit-exactly
 (AdamW's ``exp_avg``/``exp_avg_sq``/``step``, AMSGrad's ``max_exp_avg_sq``,
 SGD's ``momentum_buffer``, Adagrad's ``sum``...). The receiver puts each
@@ -53,6 +59,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 DEFAULT_TIMEOUT_S = 60.0
 
@@ -235,6 +242,20 @@ def _buffers(modules: Sequence[nn.Module]) -> List[torch.Tensor]:
     return [b for m in modules for b in m.buffers()]
 
 
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """What of ``t`` this rank holds: a DTensor's local shard (a view of
+    its storage), else ``t``."""
+    if isinstance(t, DTensor):
+        with torch.no_grad():
+            return t.to_local()
+    return t
+
+
+def _sharding(t: torch.Tensor) -> Optional[Tuple[str, int]]:
+    """A DTensor's placements and mesh size (None for a plain tensor)."""
+    return (str(t.placements), t.device_mesh.size()) if isinstance(t, DTensor) else None
+
+
 def _hyper(group: Dict[str, Any]) -> Dict[str, Any]:
     return {k: v for k, v in group.items() if k != "params"}
 
@@ -263,11 +284,17 @@ def _header(modules: Sequence[nn.Module], optimizer) -> Dict[str, Any]:
                 # host-sync(cpu): a CPU scalar (AdamW's step) read on the host.
                 layout.append((key, _SCALAR, v.dtype, v.item()))
             elif isinstance(v, torch.Tensor):
-                layout.append((key, _TENSOR, v.dtype, tuple(v.shape), v.device.type == "cpu"))
+                if isinstance(v, DTensor) and _sharding(v) != _sharding(p):
+                    raise ValueError(f"dynmo: optimizer state {key!r} is sharded unlike its "
+                                     f"parameter ({v.placements} vs {_sharding(p)}); it "
+                                     f"cannot travel as a shard")
+                layout.append((key, _TENSOR, v.dtype, tuple(_local(v).shape),
+                               v.device.type == "cpu", isinstance(v, DTensor)))
             else:
                 layout.append((key, _VALUE, v))
         state.append((gi, _hyper(optimizer.param_groups[gi]), layout))
     return {"params": [(tuple(p.shape), p.dtype, p.requires_grad) for p in params],
+            "shards": [(tuple(_local(p).shape), _sharding(p)) for p in params],
             "buffers": [(tuple(b.shape), b.dtype) for b in _buffers(modules)],
             "state": state}
 
@@ -275,13 +302,13 @@ def _header(modules: Sequence[nn.Module], optimizer) -> Dict[str, Any]:
 def _wire_tensors(modules, optimizer, header, device) -> List[torch.Tensor]:
     """The sender's tensors in wire order: parameters, buffers, state."""
     params = _params(modules)
-    out = [p.detach().contiguous() for p in params]
-    out += [b.detach().contiguous() for b in _buffers(modules)]
+    out = [_local(p).detach().contiguous() for p in params]
+    out += [_local(b).detach().contiguous() for b in _buffers(modules)]
     for p, (_, _, layout) in zip(params, header["state"]):
         s = optimizer.state.get(p, {}) if optimizer is not None else {}
         for entry in layout:
             if entry[1] == _TENSOR:
-                v = s[entry[0]]
+                v = _local(s[entry[0]])
                 # A CPU state tensor beside a device parameter travels on the wire's device.
                 out.append((v.to(device) if v.device != p.device and
                             device.type != "cpu" else v).contiguous())
@@ -298,8 +325,13 @@ class _Receipt:
         here = [(tuple(p.shape), p.dtype) for p in self.params]
         there = [(shape, dtype) for shape, dtype, _ in header["params"]]
         buffers_here = [(tuple(b.shape), b.dtype) for b in self.buffer_targets]
+        shards_here = [(tuple(_local(p).shape), _sharding(p)) for p in self.params]
         self.mismatch = ""
-        if here != there or buffers_here != header["buffers"]:
+        if here == there and buffers_here == header["buffers"] and \
+                shards_here != header["shards"]:
+            self.mismatch = (f"the layer received is sharded unlike this rank's "
+                             f"({header['shards'][:2]} vs {shards_here[:2]})")
+        elif here != there or buffers_here != header["buffers"]:
             self.mismatch = (f"the layer received ({len(there)} parameters, "
                              f"{len(header['buffers'])} buffers) does not match the local "
                              f"architecture ({len(here)} parameters, {len(buffers_here)} "
@@ -312,26 +344,27 @@ class _Receipt:
         # when it does not, so the sender's batch still completes.
         if self.mismatch:
             self.buffers = [torch.empty(s, dtype=d, device=device)
-                            for s, d, _ in header["params"]]
+                            for (s, _), (_, d, _) in zip(header["shards"], header["params"])]
             self.buffers += [torch.empty(s, dtype=d, device=device) for s, d in header["buffers"]]
         else:
-            self.buffers = [_landing(t) for t in self.params + self.buffer_targets]
-        self.states: List[Tuple[str, torch.Tensor, bool]] = []
+            self.buffers = [_landing(_local(t)) for t in self.params + self.buffer_targets]
+        self.states: List[Tuple[str, torch.Tensor, bool, bool]] = []
         for i, (_, _, layout) in enumerate(header["state"]):
             where = self.params[i].device if i < len(self.params) and not self.mismatch \
                 else device
             for entry in layout:
                 if entry[1] == _TENSOR:
-                    key, _, dtype, shape, on_cpu = entry
+                    key, _, dtype, shape, on_cpu, sharded = entry
                     buf = torch.empty(shape, dtype=dtype, device=where)
                     self.buffers.append(buf)
-                    self.states.append((key, buf, on_cpu))
+                    self.states.append((key, buf, on_cpu, sharded))
 
     def install(self, optimizer, lr_scheduler) -> None:
         n = len(self.params) + len(self.buffer_targets)
         with torch.no_grad():
             for target, buf in zip(self.params + self.buffer_targets, self.buffers[:n]):
-                if buf is not target:
+                target = _local(target)
+                if buf.data_ptr() != target.data_ptr():
                     target.copy_(buf)
         for p, (_, _, flag) in zip(self.params, self.header["params"]):
             p.requires_grad_(flag)  # a frozen layer stays frozen
@@ -339,7 +372,7 @@ class _Receipt:
             return
         received = iter(self.states)
         states = []
-        for (_, _, layout) in self.header["state"]:
+        for p, (_, _, layout) in zip(self.params, self.header["state"]):
             s: Dict[str, Any] = {}
             for entry in layout:
                 if entry[1] == _VALUE:
@@ -347,9 +380,13 @@ class _Receipt:
                 elif entry[1] == _SCALAR:
                     s[entry[0]] = torch.tensor(entry[3], dtype=entry[2])
                 else:
-                    key, buf, on_cpu = next(received)
+                    key, buf, on_cpu, sharded = next(received)
                     # host-sync(event): a plan's CPU-resident state (offloaded), back home.
-                    s[key] = buf.cpu() if on_cpu and buf.device.type != "cpu" else buf
+                    buf = buf.cpu() if on_cpu and buf.device.type != "cpu" else buf
+                    # A shard of the state becomes a DTensor in this rank's mesh.
+                    s[key] = DTensor.from_local(buf, p.device_mesh, p.placements,
+                                                run_check=False, shape=p.shape,
+                                                stride=p.stride()) if sharded else buf
             states.append(s)
         adopt_parameters(optimizer, self.params,
                          [(gi, hyper) for gi, hyper, _ in self.header["state"]], states,
