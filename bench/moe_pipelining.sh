@@ -7,9 +7,10 @@
 # route as their gates say. In this one invocation:
 #   trials     every static split 0,k,10 (k = 1..9) for TRIAL_STEPS
 #              (default 6) iterations; the best static split is the one
-#              whose fastest iteration after the first two is fastest (the
-#              least disturbed one: on a shared machine a median would
-#              pick whichever trial the neighbours left alone);
+#              whose slowest stage is fastest, each stage's layers' measured
+#              seconds taken at their least disturbed iteration after the
+#              first two (on a shared machine whole iteration times pick
+#              whichever trial the neighbours left alone);
 #   then ROUNDS (default 2) rounds, each of three runs of STEPS (default
 #   30) iterations, one after the other so each round's three see about
 #   the same machine:
@@ -58,11 +59,12 @@ for k in 1 2 3 4 5 6 7 8 9; do
 done
 best=$(python3 - "${trials[@]}" <<'PY'
 import json, sys
-def fastest_s(path):
-    return min(json.loads(l)["iteration_s"] for l in list(open(path))[2:])
-times = {p: fastest_s(p) for p in sys.argv[1:]}
+def slowest_stage_s(path):
+    rows = [json.loads(l) for l in list(open(path))[2:]]
+    return max(min(r["stage_times"][s] for r in rows) for s in range(len(rows[0]["stage_times"])))
+times = {p: slowest_stage_s(p) for p in sys.argv[1:]}
 for p, t in times.items():
-    print(f"  trial {json.loads(open(p).readline())['boundaries']}: fastest iteration "
+    print(f"  trial {json.loads(open(p).readline())['boundaries']}: slowest stage "
           f"{t:.4f} s", file=sys.stderr)
 print(",".join(map(str, json.loads(open(min(times, key=times.get)).readline())["boundaries"])))
 PY
