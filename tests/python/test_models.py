@@ -192,6 +192,37 @@ def test_expert_counts_are_the_steps_trained_tokens_whatever_the_model_does_to_i
     assert counts.take() is None  # taken: nothing since
 
 
+def test_expert_counts_are_read_with_the_times_of_their_iteration(monkeypatch):
+    # A clock that completes marks one iteration late, as CUDA events do:
+    # the counts reach pipe.tokens_per_expert with the layer times of the
+    # same (measured) iteration, and nothing waits for the device.
+    from pipelining_workers import LaggingClock
+    from dynmo.pipelining.cost_meter import CostMeter
+    model = _titan_moe(monkeypatch)
+    clock = LaggingClock()
+    meter = CostMeter(torch.device("cpu"), microbatches=1, clock=clock)
+    meter.attach({1 + i: [model.layers[str(i)]] for i in range(3)})
+    seen = []
+    for iteration, rows in enumerate((1, 2, 3)):
+        clock.iteration = iteration
+        meter.begin(iteration)
+        meter.routing.step_begins()
+        out = torch.randn(rows, 8, 32, requires_grad=True)
+        for block in model.layers.values():
+            out = block(out, model.rope_cache, None)
+        out.sum().backward()
+        meter.routing.step_ends()
+        fresh = meter.end()
+        seen.append((fresh, meter.measured_iteration,
+                     {layer: sum(c) for layer, c in meter.tokens_per_expert.items()},
+                     sorted(meter.layer_seconds)))
+    tokens = {1: 16, 2: 32}  # rows x 8 tokens x top 2, per block
+    assert seen == [(False, -1, {}, []),
+                    (True, 0, {1: tokens[1], 2: tokens[1], 3: tokens[1]}, [1, 2, 3]),
+                    (True, 1, {1: tokens[2], 2: tokens[2], 3: tokens[2]}, [1, 2, 3])]
+    assert clock.violations == []
+
+
 class ListModel(nn.Module):
     """A model of the user's own: blocks in an nn.ModuleList under a dotted
     path, a forward that skips the pieces that are None."""
