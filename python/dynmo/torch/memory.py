@@ -7,7 +7,8 @@ that requires one (whether or not ``.grad`` is allocated right now: after
 ``zero_grad(set_to_none=True)`` it is not, but the next backward allocates
 it again), buffers and the optimizer's state tensors for those parameters
 (AdamW: exp_avg, exp_avg_sq, step) — what migrating a layer moves, plus its
-gradients. ``layer_memory`` and ``layer_costs`` use the same rule;
+gradients; of a sharded tensor (FSDP2's DTensor), this rank's shard.
+``layer_memory`` and ``layer_costs`` use the same rule;
 ``layer_costs`` combines it with a ``LayerTimer``'s timings into the
 ``dynmo.LayerCost`` list ``dynmo.Agent.report`` takes, per micro-batch.
 
@@ -32,6 +33,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 from dynmo.torch.timing import LayerTiming
 from dynmo.types import LayerCost
@@ -40,6 +42,9 @@ _log = logging.getLogger(__name__)
 
 
 def tensor_bytes(t: torch.Tensor) -> int:
+    """The bytes this rank holds of ``t``: of a DTensor (FSDP2), its shard."""
+    if isinstance(t, DTensor):
+        t = t.to_local()
     return t.numel() * t.element_size()
 
 
