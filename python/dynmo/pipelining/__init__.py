@@ -11,6 +11,7 @@ job's layers re-split live by the coordinator (docs/python.md).
 causal LMs are recognised as they are (families.py), others are named;
 ``send_layer`` / ``recv_layer`` (``dynmo.torch.migration``, the one
 migration of both packages) move a layer with any optimizer's state; ``Topology`` (topology.py) places pp x dp ranks;
+``fsdp.py`` shards the data-parallel dimension with FSDP2 (``data_parallel="fsdp2"``);
 ``CostMeter`` (cost_meter.py) measures the layers, ``JobLink``
 (job_link.py) talks to the coordinator, ``plan_problem`` (plan_check.py)
 says whether a plan applies, ``schedule_class`` (schedules.py) which

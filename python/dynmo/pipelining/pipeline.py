@@ -26,8 +26,9 @@ At ``begin_iteration`` every rank of the job agrees in-band on the plan due
 when all hold it, each replica executes the plan's moves
 (``dynmo.torch.migration.migrate``: weights, buffers and the optimizer's
 per-parameter state, one batch per round on the job group, confirmed by
-every rank before a sender lets go), then the chunks, the
-``PipelineStage`` objects, DDP and the schedule are rebuilt and the optimizer
+every rank before a sender lets go; under FSDP2 each replica moves its
+shards), then the chunks, the ``PipelineStage`` objects, DDP or the FSDP2
+roots and the schedule are rebuilt and the optimizer
 and scheduler objects stay the same. A peer that dies or stops answering
 mid-migration raises ``MigrationError`` on every survivor within
 ``migration_timeout_s``; a layer that does not match changes nothing
@@ -534,8 +535,8 @@ class DynamicPipeline:
         return self.device if self.device.type == "cuda" else torch.device("cpu")
 
     def _build(self) -> None:
-        """Chunks, PipelineStages (in DDP when dp > 1), schedule and timer for
-        the current layout."""
+        """Chunks, PipelineStages (in DDP when dp > 1, FSDP2 roots with
+        ``data_parallel="fsdp2"``), schedule and timer for the current layout."""
         topo = self.topology
         self.stage_modules: List[nn.Module] = []
         stages = []
