@@ -241,3 +241,28 @@ def _whole(p):
 def _write(out_dir, rank, record):
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
         json.dump(record, f)
+
+
+def sharded_into_plain(rank, world, init_file, out_dir, cfg):
+    """Rank 0 migrates an FSDP2-sharded layer to rank 1, which offers a plain
+    one: both must refuse it, recoverably, with nothing changed."""
+    from torch.distributed.fsdp import fully_shard
+    from dynmo.pipelining.fsdp import replica_mesh
+    from dynmo.torch.migration import MigrationError, Transfer, migrate
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
+                            world_size=world)
+    groups = [dist.new_group([r]) for r in range(world)]
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(4, 4)
+    if rank == 0:
+        fully_shard(layer, mesh=replica_mesh(groups[0], torch.device("cpu")))
+    opt = torch.optim.AdamW(layer.parameters(), lr=0.1) if rank == 0 else None
+    record = {"errors": []}
+    try:
+        migrate([Transfer(1, 0, 1, [layer])], opt, rank=rank, device=torch.device("cpu"))
+    except MigrationError as e:
+        record["errors"].append([str(e), e.recoverable])
+    record["kept"] = rank == 1 or len(opt.param_groups[0]["params"]) == 2
+    _write(out_dir, rank, record)
+    dist.destroy_process_group()

@@ -4,7 +4,8 @@ A run whose layers DynMo moves (each replica's shards to its peer replica,
 with their optimizer state) and a run saved at one split and resumed at
 another are compared with the static FSDP2 run of the same model and
 data: every micro-batch's loss and every layer's final (gathered) weights
-bit-identical."""
+bit-identical. A shard offered a layer sharded otherwise is refused with
+nothing changed."""
 import json
 import tempfile
 
@@ -100,3 +101,14 @@ def test_fsdp2_bad_input_is_one_clear_error():
                 build(tied, schedule="1F1B", data_parallel="fsdp2")
         finally:
             dist.destroy_process_group()
+
+
+def test_a_shard_offered_a_plain_layer_is_refused_and_changes_nothing():
+    # The receiver names the mismatch, the sender hears that its layer did
+    # not land; both can train on with the layout they had.
+    sender, receiver = run_ranks(w.sharded_into_plain, {}, 2)
+    (why, recoverable), = receiver["errors"]
+    assert "the layer received is sharded unlike this rank's" in why and recoverable
+    (why, recoverable), = sender["errors"]
+    assert "migration not applied, nothing changed" in why and recoverable
+    assert sender["kept"]  # its optimizer still holds the layer's parameters
