@@ -59,7 +59,9 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                    help="GPipe | 1F1B | Interleaved1F1B | LoopedBFS | InterleavedZeroBubble "
                         "| ZBVZeroBubble (NCCL only) (torch's names)")
     p.add_argument("--pp", type=int, default=None, help="pipeline ranks (default: world / dp)")
-    p.add_argument("--dp", type=int, default=1, help="data-parallel replicas (DDP)")
+    p.add_argument("--dp", type=int, default=1, help="data-parallel replicas")
+    p.add_argument("--data_parallel", default="ddp", choices=("ddp", "fsdp2"),
+                   help="how the replicas share a stage: DDP copies or FSDP2 shards")
     p.add_argument("--stages_per_rank", type=int, default=2,
                    help="virtual stages per rank for multi-stage schedules")
     p.add_argument("--steps", type=int, default=40)
@@ -146,7 +148,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             coordinator=None if args.coordinator == "none" else args.coordinator,  # DynMo
             job=args.job, policy={"trigger": args.trigger, "repack": args.repack},  # DynMo
             timing=not args.no_timing, planned_iterations=args.steps,  # DynMo
-            migration_timeout_s=args.migration_timeout_s)  # DynMo
+            migration_timeout_s=args.migration_timeout_s,  # DynMo
+            data_parallel=args.data_parallel)  # DynMo
     except (TypeError, ValueError) as e:
         if rank == 0:
             print(f"llama_pipelining: {e}", file=sys.stderr)
