@@ -67,6 +67,8 @@ struct IterationSample {
   // Seconds this iteration in point-to-point exchanges (waiting included),
   // all micro-batches; 0 = not measured.
   double exchange_s = 0;
+  // Wall seconds of the whole iteration (host clock); 0 = not measured.
+  double iteration_s = 0;
 };
 
 struct AgentStats {

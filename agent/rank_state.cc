@@ -65,9 +65,10 @@ absl::Status RankState::Report(const IterationSample& s) {
   }
   if (s.memory_used_bytes < 0 || s.memory_capacity_bytes < 0 ||
       !FiniteNonNegative(s.neighbour_wait_s) || !FiniteNonNegative(s.probe_s) ||
-      !FiniteNonNegative(s.exchange_s)) {
+      !FiniteNonNegative(s.exchange_s) || !FiniteNonNegative(s.iteration_s)) {
     return absl::InvalidArgumentError(
-        "memory must be >= 0 and neighbour_wait_s, probe_s and exchange_s finite and >= 0");
+        "memory must be >= 0 and neighbour_wait_s, probe_s, exchange_s and iteration_s "
+        "finite and >= 0");
   }
   r.set_stage_memory_used_bytes(s.memory_used_bytes);
   r.set_stage_memory_capacity_bytes(s.memory_capacity_bytes);
@@ -75,6 +76,7 @@ absl::Status RankState::Report(const IterationSample& s) {
   r.set_model_changed(s.model_changed);
   r.set_probe_s(s.probe_s);
   r.set_exchange_s(s.exchange_s);
+  r.set_iteration_s(s.iteration_s);
   r.set_applied_epoch(applied_epoch_);
   last_iteration_ = std::max(last_iteration_, s.iteration);
   // The trainer ran the plan's apply iteration without switching.

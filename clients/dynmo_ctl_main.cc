@@ -20,6 +20,7 @@
 // A readable table by default; --json prints the response message as JSON
 // (protobuf's canonical mapping). Exit status 0 on success, 1 on an RPC
 // error (its code and message on stderr), 2 on a usage error.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -142,16 +143,23 @@ void PrintJobsTable(const v1::ListJobsResponse& r) {
   }
 }
 
+// A plan's realized gain as a percentage, "-" until it was measured.
+std::string Realized(const v1::PlanRecord& h) {
+  if (h.realized_samples() <= 0) return "-";
+  return absl::StrFormat("%+.1f%%", 100 * h.realized_gain());
+}
+
 void PrintPlans(const v1::JobStatus& st) {
-  std::printf("%6s %-10s %10s %-22s %12s %12s %10s %s\n", "EPOCH", "OUTCOME",
-              "APPLY_AT", "REASON", "BEFORE_S", "AFTER_S", "MOVED_B",
-              "BOUNDARIES / RELEASED");
+  std::printf("%6s %-10s %10s %-22s %12s %12s %9s %9s %10s %s\n", "EPOCH", "OUTCOME",
+              "APPLY_AT", "REASON", "BEFORE_S", "AFTER_S", "PREDICTED", "REALIZED",
+              "MOVED_B", "BOUNDARIES / RELEASED");
   for (const auto& h : st.history()) {
     const auto& p = h.plan();
-    std::printf("%6llu %-10s %10lld %-22s %12.6f %12.6f %10lld [%s]%s%s\n",
+    std::printf("%6llu %-10s %10lld %-22s %12.6f %12.6f %+8.1f%% %9s %10lld [%s]%s%s\n",
                 static_cast<unsigned long long>(p.epoch()), Outcome(h.outcome()),
                 static_cast<long long>(p.apply_iteration()), p.reason().c_str(),
                 p.previous_bottleneck_s(), p.predicted_bottleneck_s(),
+                100 * h.predicted_gain(), Realized(h).c_str(),
                 static_cast<long long>(p.migration_bytes()),
                 Ints(p.boundaries()).c_str(),
                 p.released_stages_size() > 0
@@ -173,6 +181,20 @@ void PrintJob(const v1::JobStatus& st) {
               static_cast<unsigned long long>(s.applied_epoch()),
               static_cast<unsigned long long>(s.epoch()),
               s.plan_state().c_str());
+  // How well the plans kept their word (the auto gate's calibration).
+  std::vector<double> errors;
+  for (const auto& h : st.history()) {
+    if (h.realized_samples() > 0) {
+      errors.push_back(std::fabs(h.realized_gain() - h.predicted_gain()));
+    }
+  }
+  if (!errors.empty()) {
+    std::sort(errors.begin(), errors.end());
+    const size_t n = errors.size();
+    const double median = n % 2 ? errors[n / 2] : (errors[n / 2 - 1] + errors[n / 2]) / 2;
+    std::printf("predictions    %zu plans measured, median error %.1f points\n", n,
+                100 * median);
+  }
   std::printf("iteration      %lld (%lld reports)\n",
               static_cast<long long>(s.last_iteration()),
               static_cast<long long>(s.reports()));

@@ -335,6 +335,17 @@ int main(int argc, char** argv) {
     // Every active rank reports record k of its stage's layers, spread over
     // --threads threads (one trainer thread per rank in real life).
     const core::TraceRecord& rec = trace[static_cast<size_t>(k) % trace.size()];
+    // The simulated step time every rank reports (its realized-gain input):
+    // the slowest active stage's layers, the pipeline's pace.
+    double step_s = 0;
+    for (size_t i = 0; i + 1 < boundaries.size(); ++i) {
+      double stage_s = 0;
+      for (int l = boundaries[i]; l < boundaries[i + 1]; ++l) {
+        const core::TraceLayer& tl = rec.layers[static_cast<size_t>(l)];
+        stage_s += tl.fwd_s + tl.bwd_s + tl.wgrad_s;
+      }
+      step_s = std::max(step_s, stage_s);
+    }
     const int nthreads = std::max(1, absl::GetFlag(FLAGS_threads));
     std::vector<std::thread> workers;
     std::vector<std::string> errors(static_cast<size_t>(nthreads));
@@ -348,6 +359,7 @@ int main(int argc, char** argv) {
       const size_t idx = static_cast<size_t>(it - active.begin());
       agent::IterationSample s;
       s.iteration = k;
+      s.iteration_s = step_s;
       for (int l = boundaries[idx]; l < boundaries[idx + 1]; ++l) {
         const core::TraceLayer& tl = rec.layers[static_cast<size_t>(l)];
         core::LayerCost c;

@@ -20,6 +20,7 @@ void JobEffects::Append(JobEffects later) {
   MoveAppend(later.events, &events);
   MoveAppend(later.released, &released);
   MoveAppend(later.decision_latency_s, &decision_latency_s);
+  MoveAppend(later.gains, &gains);
   reports += later.reports;
   plans_issued += later.plans_issued;
   plans_aborted += later.plans_aborted;

@@ -8,6 +8,7 @@
 #ifndef DYNMO_COORDINATOR_JOB_JOB_EFFECTS_H_
 #define DYNMO_COORDINATOR_JOB_JOB_EFFECTS_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
@@ -51,6 +52,13 @@ struct JobEffects {
   int plans_applied = 0;
   double migrated_bytes = 0;
   std::vector<double> decision_latency_s;  // one per balancer run
+  // Plans whose realized gain was measured (plan_lifecycle.h).
+  struct PlanGain {
+    uint64_t epoch = 0;
+    double predicted = 0;  // previous / predicted bottleneck - 1
+    double realized = 0;   // before / after step time - 1
+  };
+  std::vector<PlanGain> gains;
   bool measures_changed = false;           // the measures were refreshed
   bool speeds_changed = false;             // a rank's published speed moved
 

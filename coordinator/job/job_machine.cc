@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/job/proto_convert.h"
+#include "coordinator/job/upstream_checks.h"
 #include "wire/layer_codec.h"
 
 namespace dynmo::service {
@@ -34,13 +35,8 @@ JobMachine::JobMachine(JobShape shape, const JobOptions& options,
       plans_(PlanLifecycleOptions{name_, options.prepare_timeout,
                                   options.history_limit, options.plan_event_level},
              &roster_, &layout_, epoch),
-      speeds_(shape.pipeline_size * shape.data_parallel_size, options.speed),
-      overlaps_(shape.pipeline_size * shape.data_parallel_size, shape.num_layers,
-                options.speed.overlap),
-      exchange_s_(static_cast<size_t>(
-                      std::max(0, shape.pipeline_size * shape.data_parallel_size)),
-                  0.0),
-      rebase_costs_(exchange_s_.size(), 0) {}
+      speeds_(name_, shape.pipeline_size * shape.data_parallel_size, shape.num_layers,
+              options.speed, options.smoothing) {}
 
 JobMachine::JobMachine(const dynmo::v1::RegisterRequest& first,
                        const JobOptions& options, JobJournal* journal,
@@ -84,7 +80,9 @@ absl::Status JobMachine::Register(
   // Check all first: a refused batch registers no rank.
   for (const dynmo::v1::RegisterRequest* r : requests) {
     if (absl::Status s = roster_.CheckRegister(*r); !s.ok()) return s;
-    if (absl::Status s = CheckRegisterEpochs(*r); !s.ok()) return s;
+    if (absl::Status s = CheckRegisterEpochs(Parts(), *r, options_.epoch_window); !s.ok()) {
+      return s;
+    }
   }
   bool adopted = false;
   for (const dynmo::v1::RegisterRequest* r : requests) {
@@ -138,7 +136,9 @@ void JobMachine::Detach(absl::Span<const int> ranks, const SessionSink* sink) {
 absl::Status JobMachine::OnUpstream(absl::Span<const UpstreamMessage> messages,
                                     absl::Time now, JobEffects* out) {
   for (const UpstreamMessage& m : messages) {
-    if (absl::Status s = Check(m); !s.ok()) return s;
+    if (absl::Status s = CheckUpstream(Parts(), m, options_.iteration_window); !s.ok()) {
+      return s;
+    }
   }
   for (const UpstreamMessage& m : messages) {
     if (m.report != nullptr) {
@@ -155,64 +155,29 @@ void JobMachine::ApplyReport(int rank, const dynmo::v1::IterationReport& report,
   const RosterRank& r = roster_.at(rank);
   // A released stage holds no layers any more; its stragglers are ignored.
   const bool active = RankRoster::IsActiveStage(layout_.active_stages, r.pipeline_rank);
-  // The layers as measured (Check() validated them against the job's),
-  // decoded once; a released stage's are not used.
+  // The layers as measured (CheckUpstream validated them against the
+  // job's), decoded once; a released stage's are not used.
   std::vector<core::LayerCost> layers;
+  JobSpeeds::Reported speed;
   if (active) {
     layers.reserve(static_cast<size_t>(report.layers_size()));
     for (const auto& l : report.layers()) layers.push_back(wire::LayerCostFromSample(l));
-    // The raw times, as evidence of this rank's speed beside the others'
-    // (a model change voids every earlier time), from the rank's first
-    // probe on: its level then is what each time is taken relative to (a
-    // level that moves later is a new regime).
-    if (report.model_changed()) overlaps_.Forget();
-    if (const double level = speeds_.probe_s(rank); level > 0) {
-      for (const core::LayerCost& raw : layers) {
-        overlaps_.Add(rank, raw.id, report.iteration(), raw.time_s(), level);
-      }
-    }
-  }
-  // Only a report that carries a probe can move a speed (and pays for the
-  // copy the event compares against).
-  bool speed_moved = false;
-  if (active && report.probe_s() > 0) {
-    const std::vector<double> before = speeds_.speeds();
-    speed_moved = speeds_.AddProbe(rank, report.probe_s());
-    if (report.iteration() > overlaps_fitted_iteration_) {
-      overlaps_fitted_iteration_ = report.iteration();
-      speed_moved = speeds_.SetOverlaps(overlaps_.Pairs()) || speed_moved;
-    }
-    if (speed_moved) ApplyProbe(before, report, out);
+    speed = speeds_.OnReport(rank, report, layers, layout_.microbatches, out);
   }
   // A layer measured t on a rank of speed s costs t * s at speed 1.
-  const double speed = speeds_.speed(rank);
-  if (active && report.exchange_s() > 0) {
-    // Per micro-batch at speed 1, smoothed like the layers' costs.
-    const double x = report.exchange_s() / std::max(1, layout_.microbatches) * speed;
-    double& kept = exchange_s_[static_cast<size_t>(rank)];
-    kept = kept > 0 ? kept + options_.smoothing * (x - kept) : x;
-  }
-  // A rank whose speed moved: until the probes confirmed the step its
-  // times were taken at the old speed, so its layers' smoothed costs mix two
-  // regimes and their noise counts the step as scatter (which would hold
-  // every plan back until it decayed). They start again from this report,
-  // taken at the new speed, as after a model change.
-  bool rebase = report.model_changed();
-  if (active && rebase_costs_[static_cast<size_t>(rank)] != 0) {
-    rebase_costs_[static_cast<size_t>(rank)] = 0;
-    rebase = true;
-  }
   for (core::LayerCost& cost : layers) {
-    cost.fwd_s *= speed;
-    cost.bwd_s *= speed;
-    cost.wgrad_s *= speed;
-    profile_.Add(r.data_parallel_rank, cost, rebase).IgnoreError();
+    cost.fwd_s *= speed.speed;
+    cost.bwd_s *= speed.speed;
+    cost.wgrad_s *= speed.speed;
+    profile_.Add(r.data_parallel_rank, cost, speed.rebase).IgnoreError();
   }
   roster_.RecordReport(rank, report, active);
-  rebalancer_.OnReport(report.iteration(), report.model_changed() || speed_moved);
+  rebalancer_.OnReport(report.iteration(), report.model_changed() || speed.speed_moved);
   ++reports_;
   ++out->reports;
-  Carry(plans_.OnReport(rank, report.iteration(), report.applied_epoch(), now), now, out)
+  Carry(plans_.OnReport(rank, report.iteration(), report.applied_epoch(),
+                        report.iteration_s(), now),
+        now, out)
       .IgnoreError();  // never durable-first
 }
 
@@ -220,61 +185,6 @@ void JobMachine::ApplyAck(int rank, const dynmo::v1::PlanAck& ack, absl::Time no
                           JobEffects* out) {
   roster_.RecordAck(rank, ack.iteration());
   Carry(plans_.OnAck(rank, ack, now), now, out).IgnoreError();  // a commit's own
-}
-
-void JobMachine::ApplyProbe(const std::vector<double>& before,
-                            const dynmo::v1::IterationReport& report, JobEffects* out) {
-  out->speeds_changed = true;
-  // One event per rank whose speed moved (a probe of one rank can move
-  // another's: the reference "full speed" is every rank's).
-  for (int k = 0; k < speeds_.ranks(); ++k) {
-    if (speeds_.speed(k) == before[static_cast<size_t>(k)]) continue;
-    rebase_costs_[static_cast<size_t>(k)] = 1;
-    Log(LogLevel::kInfo, "rank_speed",
-        {{"job", name_},
-         {"rank", k},
-         {"iteration", report.iteration()},
-         {"speed", speeds_.speed(k)},
-         {"previous", before[static_cast<size_t>(k)]},
-         {"probe_s", speeds_.probe_s(k)},
-         {"layer_correction", speeds_.correction(k)}},
-        out);
-  }
-}
-
-bool JobMachine::SpeedRising() const {
-  for (int k = 0; k < roster_.size(); ++k) {
-    const RosterRank& r = roster_.at(k);
-    if (r.registered && RankRoster::IsActiveStage(layout_.active_stages, r.pipeline_rank) &&
-        speeds_.may_be_faster(k)) {
-      return true;
-    }
-  }
-  return false;
-}
-
-std::vector<double> JobMachine::PositionSpeeds() const {
-  const int pp = roster_.shape().pipeline_size;
-  const int dp = std::max(1, roster_.shape().data_parallel_size);
-  const std::vector<int>& active = layout_.active_stages;
-  std::vector<int> index(static_cast<size_t>(std::max(pp, 0)), -1);
-  for (size_t i = 0; i < active.size(); ++i) {
-    if (active[i] >= 0 && active[i] < pp) {
-      index[static_cast<size_t>(active[i])] = static_cast<int>(i);
-    }
-  }
-  std::vector<double> speeds(active.size() * static_cast<size_t>(dp), 1.0);
-  for (int k = 0; k < roster_.size(); ++k) {
-    const RosterRank& r = roster_.at(k);
-    if (!r.registered || r.pipeline_rank < 0 || r.pipeline_rank >= pp ||
-        r.data_parallel_rank < 0 || r.data_parallel_rank >= dp) {
-      continue;
-    }
-    const int i = index[static_cast<size_t>(r.pipeline_rank)];
-    if (i < 0) continue;
-    speeds[static_cast<size_t>(i * dp + r.data_parallel_rank)] = speeds_.speed(k);
-  }
-  return speeds;
 }
 
 absl::StatusOr<core::PipelineModel> JobMachine::ModelAt(
@@ -298,23 +208,15 @@ absl::StatusOr<core::PipelineModel> JobMachine::ModelAt(
   // Every stage's exchanges cost what the rank that waits least measured
   // (the bottleneck's are nearly all sending and receiving), at speed 1;
   // a one-stage pipeline exchanges nothing.
-  double exchange = 0;
-  if (model->stages.size() > 1) {
-    for (int k = 0; k < roster_.size(); ++k) {
-      const double x = exchange_s_[static_cast<size_t>(k)];
-      if (x > 0 && roster_.at(k).registered &&
-          RankRoster::IsActiveStage(layout_.active_stages, roster_.at(k).pipeline_rank)) {
-        exchange = exchange > 0 ? std::min(exchange, x) : x;
-      }
-    }
-  }
+  const double exchange =
+      model->stages.size() > 1 ? speeds_.Exchange(roster_, layout_) : 0.0;
   for (core::StageSpec& stage : model->stages) stage.exchange_s = exchange;
   return model;
 }
 
 dynmo::v1::JobStatus JobMachine::Status() const {
   dynmo::v1::JobStatus status = MakeJobStatus(Parts(), Model());
-  for (double s : speeds_.speeds()) status.add_rank_speed(s);
+  for (double s : speeds_.ranks().speeds()) status.add_rank_speed(s);
   return status;
 }
 
@@ -345,7 +247,10 @@ void JobMachine::Tick(absl::Time now, JobEffects* out) {
       *model, layout_, profile_, roster_.shape().pipeline_size,
       roster_.shape().data_parallel_size, roster_.CheckConnected(active).ok(),
       roster_.ReportedSince(active, rebalancer_.model_changed_iteration()),
-      std::move(speeds), IterationsLeft(), SpeedRising()});
+      std::move(speeds), IterationsLeft(), speeds_.Rising(roster_, layout_),
+      plans_.predictions().size() > 0
+          ? CalibratedMinGain(options_.auto_options, plans_.predictions())
+          : -1.0});
   for (double s : rebalancer_.TakeDecisionLatencies()) out->decision_latency_s.push_back(s);
   if (!proposal) return;
   absl::StatusOr<dynmo::v1::Plan> issued =

@@ -6,12 +6,14 @@
 //   core::CostProfile                 smoothed per-layer costs and noise per
 //     (core/cost_profile.h)           (replica, layer); the PipelineModel
 //   JobLayout (job_layout.h)          active stages and boundaries in force
+//   JobSpeeds (job_speeds.h)          each rank's speed and exchanges
 //   Rebalancer (rebalancer.h)         the policy: trigger, balancer, gate
 //   PlanLifecycle (plan_lifecycle.h)  a plan's life: PREPARE / COMMIT /
-//                                     ABORT / applied / adopted
+//                                     ABORT / applied / adopted, and what
+//                                     it realized
 //   job_record.h                      the job as JobRecord / JobStatus / ...
 //   job_machine_plan.cc               a plan's outcome carried out on the job
-//   job_machine_checks.cc             what a rank's message must pass
+//   upstream_checks.h                 what a rank's message must pass
 //
 // Events are a registration, a session attached or detached, a rank's
 // reports and acks, a tick, the operator's "decide now" and a new policy;
@@ -46,7 +48,6 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "coordinator/core/cost_profile.h"
-#include "coordinator/core/layer_overlap.h"
 #include "coordinator/core/rank_speed.h"
 #include "coordinator/job/decision.h"
 #include "coordinator/job/job_effects.h"
@@ -54,6 +55,7 @@
 #include "coordinator/job/job_journal.h"
 #include "coordinator/job/job_layout.h"
 #include "coordinator/job/job_record.h"
+#include "coordinator/job/job_speeds.h"
 #include "coordinator/job/plan_lifecycle.h"
 #include "coordinator/job/policy.h"
 #include "coordinator/job/rank_roster.h"
@@ -165,20 +167,17 @@ class JobMachine {
   const JobLayout& layout() const { return layout_; }
   const Rebalancer& rebalancer() const { return rebalancer_; }
   const PlanLifecycle& plans() const { return plans_; }
-  const core::RankSpeeds& speeds() const { return speeds_; }
+  const core::RankSpeeds& speeds() const { return speeds_.ranks(); }
   // The job's PipelineModel from the profile, each active stage at its
   // slowest replica's speed, or FAILED_PRECONDITION while some (replica,
   // layer) has no sample yet.
   absl::StatusOr<core::PipelineModel> Model() const { return ModelAt(PositionSpeeds()); }
   // The same, the replicas' speeds given as PositionSpeeds() returns them.
   absl::StatusOr<core::PipelineModel> ModelAt(const std::vector<double>& position_speeds) const;
-  // Each active rank's speed by position, active stage index * dp +
-  // replica (DecisionInput::rank_speeds); 1 where a rank has not
-  // registered. O(ranks).
-  std::vector<double> PositionSpeeds() const;
-  // Whether an active rank's probes say it may have sped up, not yet
-  // confirmed (core::RankSpeeds::may_be_faster). O(ranks).
-  bool SpeedRising() const;
+  // Each active rank's speed by position (JobSpeeds::PositionSpeeds).
+  std::vector<double> PositionSpeeds() const {
+    return speeds_.PositionSpeeds(roster_, layout_);
+  }
 
   // Writes the record to the journal.
   absl::Status Persist() { return journal_->CommitJob(Record()); }
@@ -192,20 +191,8 @@ class JobMachine {
 
   JobParts Parts() const;
 
-  // ---- Checks (job_machine_checks.cc) ----
-  absl::Status Check(const UpstreamMessage& m) const;
-  // INVALID_ARGUMENT for an iteration beyond the window (iteration_window).
-  absl::Status CheckIteration(int64_t iteration) const;
-  // INVALID_ARGUMENT for registered epochs beyond the window (epoch_window).
-  absl::Status CheckRegisterEpochs(const dynmo::v1::RegisterRequest& r) const;
-
   void ApplyReport(int rank, const dynmo::v1::IterationReport& report,
                    absl::Time now, JobEffects* out);
-  // A report's speed probe: a published speed that moves is an event (a
-  // model change for the trigger, logged).
-  // `before`: the speeds before the report's probe.
-  void ApplyProbe(const std::vector<double>& before, const dynmo::v1::IterationReport& report,
-                  JobEffects* out);
   void ApplyAck(int rank, const dynmo::v1::PlanAck& ack, absl::Time now,
                 JobEffects* out);
   // The rebalancer's measures of the layout in force.
@@ -244,18 +231,7 @@ class JobMachine {
   JobLayout layout_;
   Rebalancer rebalancer_;
   PlanLifecycle plans_;
-  core::RankSpeeds speeds_;
-  // The same layer timed on several ranks (replicas, before and after a
-  // move): the layers' correction of the probes (core/layer_overlap.h),
-  // refitted at most once per iteration, on a report that carries a probe.
-  core::LayerOverlaps overlaps_;
-  int64_t overlaps_fitted_iteration_ = -1;
-  // Per rank: its exchanges' seconds per micro-batch at speed 1, smoothed
-  // (0 = never measured); ModelAt prices every stage at the smallest.
-  std::vector<double> exchange_s_;
-  // Per rank: its speed moved since its last report, so its layers' smoothed
-  // costs and noise start again from its next one (ApplyReport).
-  std::vector<char> rebase_costs_;
+  JobSpeeds speeds_;
   int64_t reports_ = 0;
 };
 

@@ -44,6 +44,7 @@ absl::Status JobMachine::Carry(PlanReady ready, absl::Time now, JobEffects* out)
               {r->boundaries().begin(), r->boundaries().end()}, r->pipeline_size(),
               r->num_layers(), &layout_);
   }
+  if (ready.resumed) rebalancer_.OnResumed();
   if (ready.persist != PlanReady::Persist::kNo) {
     if (absl::Status s = Persist(); !s.ok()) {
       if (ready.persist == PlanReady::Persist::kFirst) {

@@ -232,6 +232,10 @@ absl::StatusOr<JobReplayResult> Replay::Run() {
       const double slow = 1.0 / TrueSpeed(static_cast<int>(r), iter);
       dynmo::v1::IterationReport report;
       report.set_iteration(iter);
+      // The iteration as the grid in force ran it (a switch's migration
+      // included): what a trainer's step time would read, and what the
+      // plans' realized gains are measured from, as live.
+      report.set_iteration_s(*moving_s);
       report.set_applied_epoch(rank.applied_epoch);
       report.set_model_changed(changed);
       if (config_.stage_capacity_bytes >= 0) {

@@ -23,6 +23,14 @@ const char* OutcomeName(dynmo::v1::PlanOutcome o) {
   }
 }
 
+// What the cost model expects the plan to gain in step time.
+double PredictedGain(const dynmo::v1::Plan& plan) {
+  if (!(plan.previous_bottleneck_s() > 0) || !(plan.predicted_bottleneck_s() > 0)) {
+    return 0;
+  }
+  return plan.previous_bottleneck_s() / plan.predicted_bottleneck_s() - 1;
+}
+
 }  // namespace
 
 void PlanReady::Merge(PlanReady later) {
@@ -35,6 +43,7 @@ void PlanReady::Merge(PlanReady later) {
     rank_layout = later.rank_layout;
   }
   epoch_adopted = epoch_adopted || later.epoch_adopted;
+  resumed = resumed || later.resumed;
   effects.Append(std::move(later.effects));
 }
 
@@ -52,6 +61,13 @@ bool PlanLifecycle::Restore(const dynmo::v1::JobRecord& record, absl::Time now) 
   applied_epoch_ = record.applied_epoch();
   history_.assign(record.history().begin(), record.history().end());
   TrimHistory();
+  for (const dynmo::v1::PlanRecord& h : history_) {
+    if (h.realized_samples() <= 0) continue;
+    core::RealizedGain g;
+    g.gain = h.realized_gain();
+    g.spread = h.realized_spread();
+    predictions_.Add(h.predicted_gain(), g);
+  }
   in_flight_.reset();
   if (!record.has_in_flight()) return false;
   if (record.in_flight().outcome() == dynmo::v1::PLAN_OUTCOME_COMMITTED) {
@@ -129,6 +145,7 @@ PlanReady PlanLifecycle::Issue(dynmo::v1::Plan plan, absl::Time now) {
   prepared_.assign(static_cast<size_t>(roster_->size()), false);
   prepared_count_ = 0;
   participants_ = roster_->CountParticipants(layout_->active_stages);
+  in_flight_->set_predicted_gain(PredictedGain(plan));
   *in_flight_->mutable_plan() = std::move(plan);
 
   // The epoch is durable before any rank can see it.
@@ -151,7 +168,8 @@ PlanReady PlanLifecycle::Issue(dynmo::v1::Plan plan, absl::Time now) {
        {"migrations", p.migrations_size()},
        {"migration_bytes", p.migration_bytes()},
        {"prepare_ranks", ranks},
-       {"prepare_sessions", sessions}},
+       {"prepare_sessions", sessions},
+       {"predicted_gain", in_flight_->predicted_gain()}},
       &ready.effects);
   return ready;
 }
@@ -190,6 +208,10 @@ PlanReady PlanLifecycle::OnTick(absl::Time now, int64_t newest_iteration) {
 PlanReady PlanLifecycle::OnRegistering(const dynmo::v1::RegisterRequest& request,
                                        absl::Time now) {
   if (request.applied_epoch() <= epoch_) {
+    if (request.applied_epoch() < applied_epoch_ &&
+        request.pending_epoch() < applied_epoch_ && request.boundaries_size() > 0) {
+      return AdoptResumed(request, now);
+    }
     return Adopt(request.rank(), request.applied_epoch(), &request, now);
   }
   // Newer than any issued here: the state dir was lost or is older than
@@ -235,15 +257,21 @@ PlanReady PlanLifecycle::OnRegistered(const dynmo::v1::RegisterRequest& request,
 }
 
 PlanReady PlanLifecycle::OnReport(int rank, int64_t iteration,
-                                  uint64_t applied_epoch, absl::Time now) {
+                                  uint64_t applied_epoch, double iteration_s,
+                                  absl::Time now) {
+  const bool participates = roster_->Participates(rank, layout_->active_stages);
+  if (participates) steps_.Add(iteration, iteration_s);
   PlanReady ready = Adopt(rank, applied_epoch, nullptr, now);
+  if (realizing_ && steps_.newest() >= core::AfterWindowEnd(realizing_->apply_iteration,
+                                                             windows_)) {
+    ready.Merge(Realize());
+  }
   // A committed plan is settled by the first report of its apply iteration
   // from a participant: the ranks agreed in-band, so one rank's epoch
   // speaks for all.
   if (!in_flight_ ||
       in_flight_->outcome() != dynmo::v1::PLAN_OUTCOME_COMMITTED ||
-      iteration < in_flight_->plan().apply_iteration() ||
-      !roster_->Participates(rank, layout_->active_stages)) {
+      iteration < in_flight_->plan().apply_iteration() || !participates) {
     return ready;
   }
   if (applied_epoch >= in_flight_->plan().epoch()) {
@@ -306,6 +334,44 @@ PlanReady PlanLifecycle::Commit(absl::Time now) {
   return ready;
 }
 
+PlanReady PlanLifecycle::Realize(int64_t end) {
+  PlanReady ready;
+  if (!realizing_) return ready;
+  const Realizing r = *std::exchange(realizing_, std::nullopt);
+  core::GainWindows windows = windows_;
+  const int64_t first_after = r.apply_iteration + windows.skip + 1;
+  windows.after = static_cast<int>(
+      std::clamp<int64_t>(end - first_after, 0, windows.after));
+  const std::optional<core::RealizedGain> g =
+      core::MeasureRealizedGain(steps_, r.apply_iteration, windows);
+  if (!g) return ready;  // too few step times (none reported, or cut short)
+  predictions_.Add(r.predicted, *g);
+  for (dynmo::v1::PlanRecord& h : history_) {
+    if (h.plan().epoch() != r.epoch) continue;
+    h.set_realized_before_s(g->before_s);
+    h.set_realized_after_s(g->after_s);
+    h.set_realized_gain(g->gain);
+    h.set_realized_spread(g->spread);
+    h.set_realized_samples(g->samples_after);
+  }
+  ready.persist = Persist::kSettled;
+  ready.effects.gains.push_back({r.epoch, r.predicted, g->gain});
+  Log(options_.event_level, "plan_realized",
+      {{"job", options_.job},
+       {"epoch", r.epoch},
+       {"apply_iteration", r.apply_iteration},
+       {"predicted_gain", r.predicted},
+       {"realized_gain", g->gain},
+       {"error", g->gain - r.predicted},
+       {"before_s", g->before_s},
+       {"after_s", g->after_s},
+       {"spread", g->spread},
+       {"iterations_before", g->samples_before},
+       {"iterations_after", g->samples_after}},
+      &ready.effects);
+  return ready;
+}
+
 CoordinatorMessage PlanLifecycle::CommitMessage() const {
   CoordinatorMessage m;
   m.mutable_commit()->set_epoch(in_flight_->plan().epoch());
@@ -331,8 +397,10 @@ PlanReady PlanLifecycle::Abort(const std::string& why, absl::Time now) {
 PlanReady PlanLifecycle::Apply(const std::string& why, absl::Time now) {
   dynmo::v1::Plan plan = in_flight_->plan();
   applied_epoch_ = plan.epoch();
+  // The plan applied before is measured with what this one leaves it.
+  PlanReady ready = Realize(plan.apply_iteration() - windows_.skip);
+  realizing_ = Realizing{plan.epoch(), plan.apply_iteration(), in_flight_->predicted_gain()};
   Finish(dynmo::v1::PLAN_OUTCOME_APPLIED, why, now);
-  PlanReady ready;
   ready.persist = Persist::kSettled;
   Log(options_.event_level, "plan_applied",
       {{"job", options_.job},
@@ -403,6 +471,42 @@ PlanReady PlanLifecycle::Adopt(int rank, uint64_t epoch,
   Log(LogLevel::kWarning, "epoch_adopted",
       {{"job", options_.job}, {"rank", rank}, {"epoch", epoch},
        {"recorded_epoch", recorded}, {"layout", layout}},
+      &adopted.effects);
+  ready.Merge(std::move(adopted));
+  return ready;
+}
+
+PlanReady PlanLifecycle::AdoptResumed(const dynmo::v1::RegisterRequest& request,
+                                      absl::Time now) {
+  std::vector<int> active(request.active_stages().begin(), request.active_stages().end());
+  if (active.empty()) {
+    for (int s = 0; s < request.pipeline_size(); ++s) active.push_back(s);
+  }
+  const std::vector<int> boundaries(request.boundaries().begin(), request.boundaries().end());
+  if (active == layout_->active_stages && boundaries == layout_->boundaries) return {};
+  PlanReady ready;
+  if (in_flight_) {
+    // Planned from a layout the ranks have left.
+    ready = Abort(absl::StrCat("rank ", request.rank(),
+                               " restarted from older state at another layout"),
+                  now);
+  }
+  PlanReady adopted;
+  adopted.persist = Persist::kSettled;
+  adopted.rank_layout = &request;
+  adopted.resumed = true;
+  // Step times from before the restart say nothing about the layout now.
+  steps_ = core::StepTimes();
+  realizing_.reset();
+  Log(LogLevel::kWarning, "layout_adopted",
+      {{"job", options_.job},
+       {"rank", request.rank()},
+       {"epoch", request.applied_epoch()},
+       {"recorded_epoch", applied_epoch_},
+       {"boundaries_from", absl::StrJoin(layout_->boundaries, ",")},
+       {"boundaries_to", absl::StrJoin(boundaries, ",")},
+       {"stages", absl::StrJoin(active, ",")},
+       {"reason", "the rank restarted from older state (a checkpoint) and runs this layout"}},
       &adopted.effects);
   ready.Merge(std::move(adopted));
   return ready;

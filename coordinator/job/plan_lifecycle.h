@@ -11,6 +11,13 @@
 // into an abort. Nothing calls back into the owner. It is the counterpart
 // of a rank's agent/rank_state.h.
 //
+// It also follows each applied plan to what it delivered: the prediction
+// is recorded at issue (PlanRecord.predicted_gain), the ranks' step times
+// (IterationReport.iteration_s) before and after the switch give the
+// realized gain once the iterations after it are in (core/realized_gain.h;
+// a plan_realized event, PlanRecord.realized_*), and the newest plans'
+// errors are kept for the auto gate's calibration (predictions()).
+//
 //   Issue                                   -> PREPARE to every participant
 //   every participant PREPARED              -> COMMIT (durable first)
 //   a FAILED ack; the prepare timeout or    -> ABORT
@@ -39,6 +46,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -47,6 +55,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "coordinator/core/realized_gain.h"
 #include "coordinator/job/job_effects.h"
 #include "coordinator/job/job_layout.h"
 #include "coordinator/job/log_field.h"
@@ -83,6 +92,9 @@ struct PlanReady {
   // A registering rank's epoch, newer than any issued, was adopted: the
   // registration persists it before answering.
   bool epoch_adopted = false;
+  // The job restarted from older state (a checkpoint): its iterations
+  // start again lower (Rebalancer::OnResumed).
+  bool resumed = false;
   JobEffects effects;
 
   // Adds `later` after this one (the later layout wins).
@@ -112,6 +124,8 @@ class PlanLifecycle {
   const std::deque<dynmo::v1::PlanRecord>& history() const { return history_; }
   // "idle", "preparing" or "committed".
   const char* StateName() const;
+  // The newest realized plans' prediction errors and spreads.
+  const core::PredictionRecord& predictions() const { return predictions_; }
 
   // ---- Checks, before an event is applied ----
   // FAILED_PRECONDITION while a plan is in flight.
@@ -134,11 +148,16 @@ class PlanLifecycle {
   PlanReady Undurable(const absl::Status& why, absl::Time now);
   // An ack that passed CheckAck.
   PlanReady OnAck(int rank, const dynmo::v1::PlanAck& ack, absl::Time now);
-  // A rank reported `iteration`, run under `applied_epoch`.
+  // A rank reported `iteration`, run under `applied_epoch`, which took it
+  // `iteration_s` wall seconds (0: not measured).
   PlanReady OnReport(int rank, int64_t iteration, uint64_t applied_epoch,
-                     absl::Time now);
+                     double iteration_s, absl::Time now);
   // A rank registers (again), before the roster takes it: its epochs
-  // against the job's (adoption).
+  // against the job's (adoption). A rank back from older state than the
+  // applied plan — applied and pending epoch both older, at another layout:
+  // a process restarted from a checkpoint, not one caught mid-switch — runs
+  // the layout it names: that becomes the job's (layout_adopted), a plan in
+  // flight is aborted, the epochs stay (the next plan is newer than any).
   PlanReady OnRegistering(const dynmo::v1::RegisterRequest& request,
                           absl::Time now);
   // ... and after: a committed plan in flight is settled by an active
@@ -165,6 +184,12 @@ class PlanLifecycle {
   // named in a re-registration).
   PlanReady Adopt(int rank, uint64_t epoch,
                   const dynmo::v1::RegisterRequest* registered, absl::Time now);
+  // A rank back from older state at another layout (OnRegistering).
+  PlanReady AdoptResumed(const dynmo::v1::RegisterRequest& request, absl::Time now);
+  // The realized gain of the plan applied last, measured now from the step
+  // times before iteration `end` (its after-window complete, or cut short
+  // where the next plan switches); nothing when too few were reported.
+  PlanReady Realize(int64_t end = std::numeric_limits<int64_t>::max());
   dynmo::v1::CoordinatorMessage CommitMessage() const;
   // `m` for every participant's session; returns how many ranks and
   // sessions it goes to.
@@ -189,6 +214,17 @@ class PlanLifecycle {
   int prepared_count_ = 0;
   std::vector<bool> prepared_;  // per rank, for the plan in flight
   std::deque<dynmo::v1::PlanRecord> history_;
+  // The realized gains: the step times, the applied plan being followed,
+  // the newest plans' errors.
+  core::GainWindows windows_;
+  core::StepTimes steps_;
+  struct Realizing {
+    uint64_t epoch = 0;
+    int64_t apply_iteration = 0;
+    double predicted = 0;
+  };
+  std::optional<Realizing> realizing_;
+  core::PredictionRecord predictions_;
 };
 
 }  // namespace dynmo::service

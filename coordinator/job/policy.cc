@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -73,9 +74,12 @@ AutoVerdict EvaluateGain(const AutoOptions& options, const AutoInput& input) {
     return v;
   }
   const double relative = per_mb_gain / input.current_bottleneck_s;
-  if (relative < options.min_relative_gain) {
-    v.why = absl::StrFormat("gain %.2f%% below the %.2f%% threshold",
-                            100 * relative, 100 * options.min_relative_gain);
+  const double min_gain =
+      input.min_relative_gain >= 0 ? input.min_relative_gain : options.min_relative_gain;
+  if (relative < min_gain) {
+    v.why = absl::StrFormat("gain %.2f%% below the %.2f%% threshold%s", 100 * relative,
+                            100 * min_gain,
+                            input.min_relative_gain >= 0 ? " (calibrated)" : "");
     return v;
   }
   if (horizon <= 0) {
@@ -134,6 +138,15 @@ void AutoGate::OnPlanIssued(int64_t iteration) {
   forgone_s_ = 0;
   streak_iteration_ = -1;
   last_plan_iteration_ = iteration;
+}
+
+double CalibratedMinGain(const AutoOptions& options,
+                         const core::PredictionRecord& record) {
+  const std::optional<double> shortfall = record.MedianShortfall();
+  if (!shortfall.has_value()) return options.min_relative_gain;
+  const double bound = std::max(*shortfall, record.MedianSpread().value_or(0));
+  return std::clamp(bound, options.calibrated_min_gain_floor,
+                    options.calibrated_min_gain_cap);
 }
 
 }  // namespace dynmo::service

@@ -40,6 +40,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "coordinator/core/partition.h"
+#include "coordinator/core/realized_gain.h"
 #include "coordinator/core/rebalance_trigger.h"
 #include "coordinator/core/reshape.h"
 
@@ -96,7 +97,12 @@ struct AutoOptions {
   int horizon_iterations = 200;           // how long a gain is counted
   double bandwidth_bytes_per_s = 10e9;    // migration link
   double payback_margin = 2.0;            // gain must be >= margin * cost
-  double min_relative_gain = 0.05;        // and >= 5% of the bottleneck
+  // and >= this share of the bottleneck — until the job's own plans have
+  // been measured: then the job's prediction error (CalibratedMinGain)
+  double min_relative_gain = 0.05;
+  // The calibrated minimum gain stays within [floor, cap].
+  double calibrated_min_gain_floor = 0.02;
+  double calibrated_min_gain_cap = 0.15;
   int confirmations = 3;                  // consecutive positive verdicts
   int cooldown_iterations = 20;           // after a plan was issued
   // The gain must be >= this many standard deviations of the noise-only
@@ -127,6 +133,8 @@ struct AutoInput {
   // Iterations the candidate would run before the run ends; the gain counts
   // over min(horizon, this). < 0: unknown (the horizon).
   int64_t iterations_left = -1;
+  // The job's minimum relative gain (CalibratedMinGain); < 0: the options'.
+  double min_relative_gain = -1;
 };
 
 struct AutoVerdict {
@@ -141,6 +149,16 @@ struct AutoVerdict {
 
 // Returns whether moving to the candidate pays back over the horizon.
 AutoVerdict EvaluateAuto(const AutoOptions& options, const AutoInput& input);
+
+// The minimum relative gain a job's plan must be predicted to bring: how
+// far the job's own realized plans fell short of their predictions (the
+// median over the newest), or how far their measurements scattered,
+// whichever is larger (a prediction is worth no more than that), within
+// [calibrated_min_gain_floor, _cap]; options.min_relative_gain until a plan
+// of the job was measured. A plan that falls short of its prediction
+// raises it; plans that deliver lower it.
+double CalibratedMinGain(const AutoOptions& options,
+                         const core::PredictionRecord& record);
 
 // The hysteresis of one job's auto trigger.
 class AutoGate {

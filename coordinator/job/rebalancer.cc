@@ -22,6 +22,14 @@ void Rebalancer::OnReport(int64_t iteration, bool model_changed) {
   dirty_ = true;
 }
 
+void Rebalancer::OnResumed() {
+  restored_ = true;
+  last_decision_iteration_ = -1;
+  model_changed_iteration_ = -1;
+  gate_ = AutoGate(auto_options_);
+  dirty_ = true;
+}
+
 void Rebalancer::RestoreProgress(const dynmo::v1::JobProgress& p) {
   newest_iteration_ = p.last_iteration();
   restored_ = true;
@@ -115,6 +123,7 @@ bool Rebalancer::AutoGatePasses(const RebalanceContext& context, const Decision&
   ai.microbatches = context.layout.microbatches;
   ai.releases_gpus = !d.released_stages.empty();
   ai.iterations_left = context.iterations_left;
+  ai.min_relative_gain = context.min_relative_gain;
   if (d.reshape.has_value()) {
     // The candidate's stages on the slowest device (the noisier reading).
     core::PipelineModel candidate = context.model;

@@ -51,6 +51,9 @@ struct RebalanceContext {
   // them off it, the right way, while waiting would hold the job at the
   // straggler's pace.)
   bool speed_rising = false;
+  // The job's minimum relative gain for auto (CalibratedMinGain); < 0:
+  // AutoOptions::min_relative_gain.
+  double min_relative_gain = -1;
 };
 
 // A decision to issue, with the plan's reason.
@@ -70,6 +73,10 @@ class Rebalancer {
 
   // A rank reported `iteration`, flagging whether the model changed.
   void OnReport(int64_t iteration, bool model_changed);
+  // The job restarted from older state (a checkpoint): its iterations start
+  // again lower, so the next report's iteration is the newest, and the
+  // trigger's and gate's iteration marks start again.
+  void OnResumed();
   int64_t newest_iteration() const { return newest_iteration_; }
   // The newest iteration reported since this coordinator started; -1 while
   // the one shown is a restored one (RestoreProgress). What the iteration

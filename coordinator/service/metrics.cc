@@ -51,6 +51,23 @@ CoordinatorMetrics::CoordinatorMetrics()
                   .Name("dynmo_reports_total")
                   .Help("Iteration reports received.")
                   .Register(r);
+  predicted_gain_ = &prometheus::BuildGauge()
+                         .Name("dynmo_plan_predicted_gain")
+                         .Help("The newest measured plan's predicted step-time gain "
+                               "(previous / predicted bottleneck - 1).")
+                         .Register(r);
+  realized_gain_ = &prometheus::BuildGauge()
+                        .Name("dynmo_plan_realized_gain")
+                        .Help("The newest measured plan's realized step-time gain "
+                              "(median step before / after - 1).")
+                        .Register(r);
+  prediction_error_ =
+      &prometheus::BuildHistogram()
+           .Name("dynmo_plan_prediction_error")
+           .Help("Realized minus predicted gain of each measured plan.")
+           .Register(r)
+           .Add({}, prometheus::Histogram::BucketBoundaries{
+                        -0.2, -0.1, -0.05, -0.03, -0.01, 0.01, 0.03, 0.05, 0.1, 0.2});
   rpc_errors_ = &prometheus::BuildCounter()
                      .Name("dynmo_rpc_errors_total")
                      .Help("RPCs that ended with a non-OK status.")
@@ -96,6 +113,14 @@ JobMetrics::JobMetrics(CoordinatorMetrics* owner, const std::string& job)
   aborted_ = &owner->plans_->Add({{"job", job}, {"outcome", "aborted"}});
   migrated_ = &owner->migrated_->Add({{"job", job}});
   reports_ = &owner->reports_->Add({{"job", job}});
+  predicted_gain_ = &owner->predicted_gain_->Add({{"job", job}});
+  realized_gain_ = &owner->realized_gain_->Add({{"job", job}});
+}
+
+void JobMetrics::PlanGain(double predicted, double realized) {
+  predicted_gain_->Set(predicted);
+  realized_gain_->Set(realized);
+  owner_->prediction_error_->Observe(realized - predicted);
 }
 
 JobMetrics::~JobMetrics() {
@@ -113,6 +138,8 @@ JobMetrics::~JobMetrics() {
   owner_->plans_->Remove(aborted_);
   owner_->migrated_->Remove(migrated_);
   owner_->reports_->Remove(reports_);
+  owner_->predicted_gain_->Remove(predicted_gain_);
+  owner_->realized_gain_->Remove(realized_gain_);
 }
 
 void JobMetrics::SetStageLoads(absl::Span<const int> stages,

@@ -48,6 +48,9 @@ class JobMetrics {
   void PlanAborted() { aborted_->Increment(); }
   void Migrated(double bytes) { migrated_->Increment(bytes); }
   void Report() { reports_->Increment(); }
+  // A plan's predicted and realized gain (plan_lifecycle.h): the newest
+  // plan's in two gauges, the error in the coordinator's histogram.
+  void PlanGain(double predicted, double realized);
 
  private:
   CoordinatorMetrics* owner_;
@@ -66,6 +69,8 @@ class JobMetrics {
   prometheus::Counter* aborted_;
   prometheus::Counter* migrated_;
   prometheus::Counter* reports_;
+  prometheus::Gauge* predicted_gain_;
+  prometheus::Gauge* realized_gain_;
 };
 
 class CoordinatorMetrics {
@@ -96,6 +101,9 @@ class CoordinatorMetrics {
   prometheus::Family<prometheus::Counter>* migrated_;
   prometheus::Family<prometheus::Counter>* reports_;
   prometheus::Family<prometheus::Counter>* rpc_errors_;
+  prometheus::Family<prometheus::Gauge>* predicted_gain_;
+  prometheus::Family<prometheus::Gauge>* realized_gain_;
+  prometheus::Histogram* prediction_error_;
   prometheus::Histogram* decision_latency_;
   prometheus::Counter* state_commit_failures_;
 };

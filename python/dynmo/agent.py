@@ -115,7 +115,8 @@ class Agent:
     def report(self, iteration: int, layers: Iterable[LayerLike], *,
                memory_used_bytes: int = 0, memory_capacity_bytes: int = 0,
                neighbour_wait_s: float = 0.0, model_changed: bool = False,
-               probe_s: float = 0.0, exchange_s: float = 0.0) -> None:
+               probe_s: float = 0.0, exchange_s: float = 0.0,
+               iteration_s: float = 0.0) -> None:
         """Queues one iteration's per-layer costs (validated; never blocks).
 
         ``probe_s``: seconds this rank took for the speed probe
@@ -125,10 +126,13 @@ class Agent:
         and receiving activations and gradients, and waiting for them), all
         micro-batches; 0 = not measured. The coordinator prices each stage's
         exchanges by the rank that waits least.
+        ``iteration_s``: the iteration's wall seconds on this rank (host
+        clock); 0 = not measured. Each plan's realized gain is read from it.
         """
         self._agent.report(iteration, [_layer_tuple(l) for l in layers],
                            memory_used_bytes, memory_capacity_bytes,
-                           neighbour_wait_s, model_changed, probe_s, exchange_s)
+                           neighbour_wait_s, model_changed, probe_s, exchange_s,
+                           iteration_s)
 
     def plan_to_apply_at(self, iteration: int) -> Optional[Plan]:
         """The committed plan due before ``iteration``, or None."""

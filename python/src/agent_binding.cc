@@ -133,7 +133,8 @@ std::unique_ptr<Agent> StartAgent(const AgentConfig& config) {
 
 void Report(Agent& agent, int64_t iteration, const std::vector<LayerTuple>& layers,
             int64_t memory_used_bytes, int64_t memory_capacity_bytes,
-            double neighbour_wait_s, bool model_changed, double probe_s, double exchange_s) {
+            double neighbour_wait_s, bool model_changed, double probe_s, double exchange_s,
+            double iteration_s) {
   agent::IterationSample sample;
   sample.iteration = iteration;
   for (const LayerTuple& t : layers) {
@@ -148,6 +149,7 @@ void Report(Agent& agent, int64_t iteration, const std::vector<LayerTuple>& laye
   sample.model_changed = model_changed;
   sample.probe_s = probe_s;
   sample.exchange_s = exchange_s;
+  sample.iteration_s = iteration_s;
   absl::Status status;
   {
     py::gil_scoped_release release;
@@ -276,6 +278,7 @@ void BindAgent(py::module_& m) {
            py::arg("memory_used_bytes") = 0, py::arg("memory_capacity_bytes") = 0,
            py::arg("neighbour_wait_s") = 0.0, py::arg("model_changed") = false,
            py::arg("probe_s") = 0.0, py::arg("exchange_s") = 0.0,
+           py::arg("iteration_s") = 0.0,
            "Queues one iteration's sample; never blocks on the network.")
       .def(
           "plan_to_apply_at",

@@ -8,10 +8,9 @@ they loaded (``DynamicPipeline(boundaries=checkpoint.saved_split(path))``).
 - A standalone ``dynmo-coordinator`` whose state dir outlives the job, and
   a checkpoint older than the job's last applied plan: the coordinator must
   take the loaded split, with a logged event, instead of planning from the
-  split it recorded. It does not yet (strict xfail, the precise change in
-  docs/python.md's "Not yet"): today it keeps its record silently, every
-  later plan moves layers from stages that do not hold them, each is
-  refused by the ranks and aborted, and the job is never re-balanced again.
+  split it recorded (a ``layout_adopted`` warning): otherwise every later
+  plan would move layers from stages that do not hold them, each refused by
+  the ranks and aborted, and the job never re-balanced again.
 """
 import json
 import os
@@ -66,9 +65,6 @@ def test_an_embedded_coordinator_plans_from_the_split_a_resumed_job_loaded(monke
     assert after and all(after[k] == losses(whole)[k] for k in after)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="the coordinator keeps the split it recorded when a rank registers "
-                   "with an older one (docs/python.md, Not yet)")
 def test_a_coordinator_with_state_adopts_the_split_of_an_older_checkpoint_with_an_event():
     import dynmo
     binary = os.path.join(BIN_DIR, "dynmo-coordinator")
@@ -83,7 +79,7 @@ def test_a_coordinator_with_state_adopts_the_split_of_an_older_checkpoint_with_a
             first = run_ranks(w.train, dict(cfg, steps=14, coordinator=c.address,
                                             save_at=0, save_root=root), 2)
             recorded = _job(c.address, cfg["job"])["boundaries"]
-        if not first[0]["plans"] or recorded == SKEWED:  # the premise, not the xfail
+        if not first[0]["plans"] or recorded == SKEWED:  # the premise
             raise RuntimeError(f"the first launch moved nothing: {first[0]['plans']}, "
                                f"{recorded}")
         # A new coordinator process on the same state dir; the job restarts

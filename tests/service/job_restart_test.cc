@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "coordinator/service/event_log.h"
+#include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
 #include "tests/service/job_state_fixture.h"
 
@@ -168,6 +169,59 @@ TEST_F(JobRestartTest, WithoutThePlansRecordTheRegisteringRanksLayoutIsAdopted) 
   EXPECT_EQ(job.Summary().applied_epoch(), plan.epoch());
   EXPECT_EQ(Boundaries(job), Boundaries(plan));
   EXPECT_EQ(response.applied_epoch(), plan.epoch());
+}
+
+// The job restarts from a checkpoint saved before its last plan (issue
+// 41): its ranks run the split they loaded, and the coordinator, whose
+// state dir outlived them, follows with an event instead of planning from
+// a layout nobody runs.
+TEST_F(JobRestartTest, ARankBackFromACheckpointBeforeTheAppliedPlanHasItsLayoutAdopted) {
+  std::ostringstream log;
+  ConfigureEventLog(EventLogOptions{LogFormat::kLogfmt, LogLevel::kInfo, &log});
+  const auto plan = Committed();
+  ASSERT_TRUE(job_->OnReport(0, Report(0, plan.apply_iteration(), plan.epoch())).ok());
+  ASSERT_EQ(job_->Summary().applied_epoch(), plan.epoch());
+  const std::vector<int> saved = {0, 2, 4, 6, 8};
+  ASSERT_NE(Boundaries(plan), saved);
+  JobState& job = Restart();
+  dynmo::v1::RegisterRequest back = Reg(0);  // epochs 0: a new process
+  for (int b : saved) back.add_boundaries(b);
+  dynmo::v1::RegisterResponse response;
+  ASSERT_TRUE(job.Register(back, &response).ok());
+  ConfigureEventLog(EventLogOptions{});
+  EXPECT_EQ(Boundaries(job), saved);
+  EXPECT_EQ(job.Summary().epoch(), plan.epoch()) << "epochs never go back";
+  EXPECT_NE(log.str().find("event=layout_adopted job=job rank=0 epoch=0 recorded_epoch=1 "
+                           "boundaries_from=" +
+                           absl::StrJoin(plan.boundaries(), ",") + " boundaries_to=0,2,4,6,8"),
+            std::string::npos)
+      << log.str();
+  // The other ranks, back from the same checkpoint, change nothing more.
+  for (int r = 1; r < kStages; ++r) {
+    dynmo::v1::RegisterRequest same = Reg(r);
+    for (int b : saved) same.add_boundaries(b);
+    ASSERT_TRUE(job.Register(same, &response).ok());
+  }
+  EXPECT_EQ(Boundaries(job), saved);
+  EXPECT_EQ(Boundaries(Restart()), saved) << "adopted durably";
+}
+
+TEST_F(JobRestartTest, ARankReRegisteringMidSwitchDoesNotTakeTheLayoutBack) {
+  const auto plan = Committed();
+  ASSERT_TRUE(job_->OnReport(0, Report(0, plan.apply_iteration(), plan.epoch())).ok());
+  // Rank 1 still holds the plan it is switching to, with the old layout.
+  dynmo::v1::RegisterRequest switching = Reg(1);
+  switching.set_pending_epoch(plan.epoch());
+  for (int b : {0, 2, 4, 6, 8}) switching.add_boundaries(b);
+  dynmo::v1::RegisterResponse response;
+  ASSERT_TRUE(job_->Register(switching, &response).ok());
+  EXPECT_EQ(Boundaries(*job_), Boundaries(plan));
+  // A rank under the applied epoch names its layout: nothing to adopt.
+  dynmo::v1::RegisterRequest current = Reg(2);
+  current.set_applied_epoch(plan.epoch());
+  for (int b : {0, 2, 4, 6, 8}) current.add_boundaries(b);
+  ASSERT_TRUE(job_->Register(current, &response).ok());
+  EXPECT_EQ(Boundaries(*job_), Boundaries(plan));
 }
 
 TEST_F(JobRestartTest, AClaimedEpochOfAPreparingPlanIsIgnored) {

@@ -175,7 +175,7 @@ TEST_F(PlanLifecycleTest, TimeoutAndApplyIterationAbortAPreparingPlan) {
 
 TEST_F(PlanLifecycleTest, ReportsBeforeTheApplyIterationLeaveACommittedPlan) {
   plans_.Issue(Plan(20, /*one_phase=*/true), kT0);
-  PlanReady before = plans_.OnReport(0, 19, 0, kT0);
+  PlanReady before = plans_.OnReport(0, 19, 0, 0.0, kT0);
   EXPECT_EQ(Sent(before), "");
   EXPECT_FALSE(before.applied.has_value());
   EXPECT_STREQ(plans_.StateName(), "committed");
@@ -183,13 +183,13 @@ TEST_F(PlanLifecycleTest, ReportsBeforeTheApplyIterationLeaveACommittedPlan) {
 
 TEST_F(PlanLifecycleTest, AReportOfTheApplyIterationUnderTheOldEpochAborts) {
   plans_.Issue(Plan(20, /*one_phase=*/true), kT0);
-  EXPECT_EQ(Sent(plans_.OnReport(0, 20, 0, kT0)), "AAA");
+  EXPECT_EQ(Sent(plans_.OnReport(0, 20, 0, 0.0, kT0)), "AAA");
   EXPECT_EQ(plans_.history().back().outcome(), dynmo::v1::PLAN_OUTCOME_ABORTED);
 }
 
 TEST_F(PlanLifecycleTest, AReportOfTheApplyIterationUnderThePlanAppliesIt) {
   plans_.Issue(Plan(20, /*one_phase=*/true), kT0);
-  PlanReady applied = plans_.OnReport(0, 20, 1, kT0);
+  PlanReady applied = plans_.OnReport(0, 20, 1, 0.0, kT0);
   ASSERT_TRUE(applied.applied.has_value());
   EXPECT_EQ(applied.applied->epoch(), 1u);
   EXPECT_EQ(applied.persist, Persist::kSettled);
@@ -249,7 +249,7 @@ TEST_F(PlanLifecycleTest, ACommitThatCouldNotBeMadeDurableBecomesAnAbort) {
 TEST_F(PlanLifecycleTest, ARankUnderANewerEpochIsAdoptedWithItsPlansLayout) {
   plans_.Issue(Plan(20), kT0);
   plans_.OnAck(0, Ack(1, PlanAck::FAILED), kT0);  // aborted, yet the ranks switched
-  PlanReady adopted = plans_.OnReport(1, 21, 1, kT0);
+  PlanReady adopted = plans_.OnReport(1, 21, 1, 0.0, kT0);
   ASSERT_TRUE(adopted.applied.has_value());
   EXPECT_EQ(adopted.applied->boundaries(1), 1);
   EXPECT_EQ(plans_.applied_epoch(), 1u);
@@ -270,6 +270,51 @@ TEST_F(PlanLifecycleTest, ARegistrationBeyondEveryIssuedEpochIsAdoptedAndLogged)
   EXPECT_EQ(plans_.applied_epoch(), 7u);
   ASSERT_EQ(adopted.effects.events.size(), 1u);
   EXPECT_EQ(adopted.effects.events[0].name, "epoch_adopted") << "never silently";
+}
+
+TEST_F(PlanLifecycleTest, AnAppliedPlanIsFollowedToItsRealizedGain) {
+  dynmo::v1::Plan plan = Plan(20, /*one_phase=*/true);
+  plan.set_previous_bottleneck_s(2.0);
+  plan.set_predicted_bottleneck_s(1.6);
+  PlanReady issued = plans_.Issue(plan, kT0);
+  EXPECT_NEAR(plans_.in_flight()->predicted_gain(), 0.25, 1e-12);
+  // Every rank's step time: 2.0 s before the switch, 1.6 s after it, the
+  // migration's iterations slow.
+  auto report_all = [&](int64_t i, uint64_t epoch, double s) {
+    PlanReady all;
+    for (int r = 0; r < 3; ++r) all.Merge(plans_.OnReport(r, i, epoch, s, kT0));
+    return all;
+  };
+  for (int64_t i = 8; i < 20; ++i) report_all(i, 0, i == 19 ? 5.0 : 2.0);
+  EXPECT_TRUE(report_all(20, 1, 7.0).applied.has_value());
+  for (int64_t i = 21; i < 29; ++i) {
+    PlanReady r = report_all(i, 1, i == 21 ? 3.0 : i == 23 ? 1.7 : i == 25 ? 1.5 : 1.6);
+    EXPECT_TRUE(r.effects.gains.empty()) << "the window after is not complete at " << i;
+  }
+  PlanReady realized = report_all(29, 1, 1.6);
+  ASSERT_EQ(realized.effects.gains.size(), 1u);
+  EXPECT_EQ(realized.effects.gains[0].epoch, 1u);
+  EXPECT_NEAR(realized.effects.gains[0].predicted, 0.25, 1e-12);
+  EXPECT_NEAR(realized.effects.gains[0].realized, 2.0 / 1.6 - 1, 1e-12);
+  EXPECT_EQ(realized.persist, Persist::kSettled);
+  ASSERT_EQ(realized.effects.events.size(), 1u);
+  EXPECT_EQ(realized.effects.events[0].name, "plan_realized");
+  const dynmo::v1::PlanRecord& h = plans_.history().back();
+  EXPECT_DOUBLE_EQ(h.realized_before_s(), 2.0);
+  EXPECT_DOUBLE_EQ(h.realized_after_s(), 1.6);
+  EXPECT_EQ(h.realized_samples(), 8);
+  EXPECT_DOUBLE_EQ(h.realized_spread(), 0.0) << "one step in four off: the median ignores it";
+  ASSERT_EQ(plans_.predictions().size(), 1);
+  EXPECT_NEAR(*plans_.predictions().MedianShortfall(), 0.0, 1e-12)
+      << "it delivered what it promised";
+  EXPECT_TRUE(report_all(30, 1, 1.6).effects.gains.empty()) << "measured once";
+
+  // The record survives a restart: the gate calibrates from it at once.
+  dynmo::v1::JobRecord record;
+  plans_.ToRecord(&record);
+  PlanLifecycle restored(PlanLifecycleOptions{"job"}, &roster_, &layout_, 0);
+  restored.Restore(record, kT0);
+  EXPECT_EQ(restored.predictions().size(), 1);
 }
 
 class ShortHistoryTest : public PlanLifecycleTest {

@@ -35,7 +35,7 @@ absl::Status IterationReporter::Gather(int64_t iter, PipelineStage& stage,
                                        const StageIterationStats& stats,
                                        bool model_changed, int active_pp,
                                        Transport& transport, agent::Agent* agent,
-                                       double probe_s) {
+                                       double probe_s, double iteration_s) {
   std::vector<int> local_ids;
   for (int i = 0; i < stage.num_local_layers(); ++i) {
     local_ids.push_back(stage.first_layer() + i);
@@ -94,6 +94,7 @@ absl::Status IterationReporter::Gather(int64_t iter, PipelineStage& stage,
     sample.model_changed = model_changed;
     sample.probe_s = probe_s;
     sample.exchange_s = stats.exchange_s;
+    sample.iteration_s = iteration_s;
     sample.memory_used_bytes = memory_used;
     sample.memory_capacity_bytes = memory_capacity_;
     // Never blocks; a rejected sample only costs the coordinator data.

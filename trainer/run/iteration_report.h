@@ -36,11 +36,12 @@ class IterationReporter {
   // After stage.RunIteration(iter): reports to `agent` (may be null) and
   // all-reduces the summary over `transport`, whose stages are the
   // `active_pp` running ones.
-  // `probe_s`: this iteration's speed-probe seconds (0: none).
+  // `probe_s`: this iteration's speed-probe seconds (0: none);
+  // `iteration_s`: its wall seconds on this rank (0: not measured).
   absl::Status Gather(int64_t iter, PipelineStage& stage,
                       const StageIterationStats& stats, bool model_changed,
                       int active_pp, Transport& transport, agent::Agent* agent,
-                      double probe_s = 0);
+                      double probe_s = 0, double iteration_s = 0);
 
   // Rank 0, after Gather: the job-wide record of the iteration.
   IterationRecord Record(int64_t iter, double seconds, const core::Boundaries& boundaries,

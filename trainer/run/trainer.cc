@@ -433,6 +433,10 @@ absl::Status RunTraining(const TrainerConfig& requested, const DistEnv& env,
     const int active_pp = static_cast<int>(layout.active_stages.size());
     StageIterationStats stats;
     if (absl::Status s = stage.RunIteration(iter, &stats); !s.ok()) return s;
+    // The step's wall time on this rank, as its report's iteration_s (the
+    // probe and the summary's all-reduce left out).
+    const double run_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (timeline && iter + 1 >= config.perfetto_first + config.perfetto_iterations) {
       if (absl::Status s = write_timeline(); !s.ok()) return s;
     }
@@ -445,7 +449,8 @@ absl::Status RunTraining(const TrainerConfig& requested, const DistEnv& env,
     const double probe_s =
         probe_cadence.ShouldProbe(iter, layer_s, layout_changed) ? probe.Run() : 0;
     if (absl::Status s = reporter.Gather(iter, stage, stats, stage.TakeModelChanged(),
-                                         active_pp, **transport, link.agent.get(), probe_s);
+                                         active_pp, **transport, link.agent.get(), probe_s,
+                                         run_s);
         !s.ok()) {
       return s;
     }

@@ -88,10 +88,12 @@ class JobLink:
 
     def report(self, stage: int, iteration: int, costs: List[LayerCost],
                memory_used_bytes: int, probe_s: float = 0.0,
-               memory_capacity_bytes: int = 0, exchange_s: float = 0.0) -> None:
+               memory_capacity_bytes: int = 0, exchange_s: float = 0.0,
+               iteration_s: float = 0.0) -> None:
         self.agents[stage].report(iteration, costs, memory_used_bytes=memory_used_bytes,
                                   memory_capacity_bytes=memory_capacity_bytes,
-                                  probe_s=probe_s, exchange_s=exchange_s)
+                                  probe_s=probe_s, exchange_s=exchange_s,
+                                  iteration_s=iteration_s)
 
     def close(self) -> None:
         """Flushes and stops the agents (the coordinator: ``stop_coordinator``)."""

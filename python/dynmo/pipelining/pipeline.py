@@ -361,7 +361,12 @@ class DynamicPipeline:
             used = gpu_used if self.device.type == "cuda" else self.meter.memory_used(costs)
             self._link.report(stage, measured, costs, used, probe_s=probe_s or 0.0,
                               memory_capacity_bytes=gpu_capacity,
-                              exchange_s=self.last_exchange_s)
+                              exchange_s=self.last_exchange_s,
+                              # The newest step's host time: on a GPU the
+                              # host keeps pace with the device within
+                              # MAX_LAG iterations, so it is the device's
+                              # step time in the steady state.
+                              iteration_s=self._step_s)
 
     @property
     def layer_seconds(self) -> Dict[int, float]:

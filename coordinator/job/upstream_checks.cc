@@ -1,14 +1,8 @@
-// JobMachine's checks of what ranks send, made before anything is applied
-// (a refused message changes nothing): a report's or ack's rank, values and
-// epoch, the layers a report times (only those the rank's stage holds under
-// the layout in force), and the windows iterations and epochs must fall in
-// (JobOptions::iteration_window, epoch_window).
-//
-// Part of JobMachine (job_machine.h).
+#include "coordinator/job/upstream_checks.h"
+
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "coordinator/job/job_machine.h"
 #include "coordinator/job/validation.h"
 
 namespace dynmo::service {
@@ -49,7 +43,11 @@ absl::Status CheckReportedLayers(const RankRoster& roster, const JobLayout& layo
 
 }  // namespace
 
-absl::Status JobMachine::Check(const UpstreamMessage& m) const {
+absl::Status CheckUpstream(const JobParts& job, const UpstreamMessage& m,
+                           int64_t iteration_window) {
+  const RankRoster& roster_ = job.roster;
+  const PlanLifecycle& plans_ = job.plans;
+  const std::string& name_ = roster_.shape().job;
   if (!roster_.Contains(m.rank)) {
     return absl::NotFoundError(absl::StrCat("job ", name_, " has no rank ", m.rank));
   }
@@ -58,40 +56,48 @@ absl::Status JobMachine::Check(const UpstreamMessage& m) const {
         !s.ok()) {
       return s;
     }
-    if (absl::Status s = CheckIteration(m.report->iteration()); !s.ok()) return s;
+    if (absl::Status s = CheckIteration(job, m.report->iteration(), iteration_window);
+        !s.ok()) {
+      return s;
+    }
     if (absl::Status s = plans_.CheckReportEpoch(m.report->applied_epoch()); !s.ok()) {
       return s;
     }
-    return CheckReportedLayers(roster_, layout_, plans_.applied_epoch(), m.rank, *m.report);
+    return CheckReportedLayers(roster_, job.layout, plans_.applied_epoch(), m.rank,
+                               *m.report);
   }
   if (m.ack != nullptr) {
     if (absl::Status s = ValidateAck(*m.ack); !s.ok()) return s;
-    if (absl::Status s = CheckIteration(m.ack->iteration()); !s.ok()) return s;
+    if (absl::Status s = CheckIteration(job, m.ack->iteration(), iteration_window);
+        !s.ok()) {
+      return s;
+    }
     return plans_.CheckAck(m.rank, *m.ack);
   }
   return absl::InvalidArgumentError(
       absl::StrCat("empty message for rank ", m.rank, " (neither report nor ack)"));
 }
 
-absl::Status JobMachine::CheckIteration(int64_t iteration) const {
-  const int64_t newest = rebalancer_.reported_iteration();
+absl::Status CheckIteration(const JobParts& job, int64_t iteration,
+                            int64_t iteration_window) {
+  const int64_t newest = job.rebalancer.reported_iteration();
   // Both are validated to [0, 2^53], so the sum cannot overflow.
-  if (newest < 0 || iteration <= newest + options_.iteration_window) {
+  if (newest < 0 || iteration <= newest + iteration_window) {
     return absl::OkStatus();
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      "iteration ", iteration, " is more than ", options_.iteration_window,
-      " beyond job ", name_, "'s newest iteration ", newest, " (--iteration_window)"));
+      "iteration ", iteration, " is more than ", iteration_window, " beyond job ",
+      job.roster.shape().job, "'s newest iteration ", newest, " (--iteration_window)"));
 }
 
-absl::Status JobMachine::CheckRegisterEpochs(
-    const dynmo::v1::RegisterRequest& r) const {
-  const uint64_t limit = plans_.epoch() + options_.epoch_window;
+absl::Status CheckRegisterEpochs(const JobParts& job, const dynmo::v1::RegisterRequest& r,
+                                 uint64_t epoch_window) {
+  const uint64_t limit = job.plans.epoch() + epoch_window;
   if (r.applied_epoch() <= limit && r.pending_epoch() <= limit) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
       "rank ", r.rank(), " registered with epoch ",
-      std::max(r.applied_epoch(), r.pending_epoch()), ", more than ",
-      options_.epoch_window, " beyond job ", name_, "'s epoch ", plans_.epoch(),
+      std::max(r.applied_epoch(), r.pending_epoch()), ", more than ", epoch_window,
+      " beyond job ", job.roster.shape().job, "'s epoch ", job.plans.epoch(),
       " (--epoch_window)"));
 }
 

@@ -1,0 +1,77 @@
+// JobSpeeds: how fast each rank of one job runs, as the job's reports show
+// it — the speed probes (core::RankSpeeds), the same layers timed on
+// several ranks as their correction (core::LayerOverlaps), each rank's
+// exchanges per micro-batch at speed 1 — and what follows for the layers'
+// costs: a rank whose speed moved has its smoothed costs started again
+// (a rank_speed event per move). JobMachine feeds it every active rank's
+// report and prices its PipelineModel with it.
+//
+// Thread-compatible: the owner serialises every call.
+#ifndef DYNMO_COORDINATOR_JOB_JOB_SPEEDS_H_
+#define DYNMO_COORDINATOR_JOB_JOB_SPEEDS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "coordinator/core/cost_model.h"
+#include "coordinator/core/layer_overlap.h"
+#include "coordinator/core/rank_speed.h"
+#include "coordinator/job/job_effects.h"
+#include "coordinator/job/job_layout.h"
+#include "coordinator/job/rank_roster.h"
+#include "dynmo/v1/agent.pb.h"
+
+namespace dynmo::service {
+
+class JobSpeeds {
+ public:
+  JobSpeeds(const std::string& job, int ranks, int num_layers,
+            const core::RankSpeedOptions& options, double smoothing);
+
+  // What an active rank's report says of its speed.
+  struct Reported {
+    double speed = 1;          // the rank's, to price its times at speed 1
+    bool speed_moved = false;  // some rank's published speed moved
+    bool rebase = false;       // the rank's smoothed costs start again
+  };
+  // `raw`: the report's layers as measured. Events (rank_speed) and
+  // speeds_changed go to `out`.
+  Reported OnReport(int rank, const dynmo::v1::IterationReport& report,
+                    const std::vector<core::LayerCost>& raw, int microbatches,
+                    JobEffects* out);
+
+  const core::RankSpeeds& ranks() const { return speeds_; }
+  // Each active rank's speed by position, active stage index * dp +
+  // replica (DecisionInput::rank_speeds); 1 where a rank has not
+  // registered. O(ranks).
+  std::vector<double> PositionSpeeds(const RankRoster& roster,
+                                     const JobLayout& layout) const;
+  // Whether an active rank's probes say it may have sped up, not yet
+  // confirmed (core::RankSpeeds::may_be_faster). O(ranks).
+  bool Rising(const RankRoster& roster, const JobLayout& layout) const;
+  // Every stage's exchanges per micro-batch at speed 1: what the active
+  // rank that waits least measured (the bottleneck's are nearly all
+  // sending and receiving); 0 when none did.
+  double Exchange(const RankRoster& roster, const JobLayout& layout) const;
+
+ private:
+  std::string job_;
+  double smoothing_;
+  core::RankSpeeds speeds_;
+  // The same layer timed on several ranks (replicas, before and after a
+  // move): the layers' correction of the probes (core/layer_overlap.h),
+  // refitted at most once per iteration, on a report that carries a probe.
+  core::LayerOverlaps overlaps_;
+  int64_t overlaps_fitted_iteration_ = -1;
+  // Per rank: its exchanges' seconds per micro-batch at speed 1, smoothed
+  // (0 = never measured).
+  std::vector<double> exchange_s_;
+  // Per rank: its speed moved since its last report, so its layers'
+  // smoothed costs and noise start again from its next one.
+  std::vector<char> rebase_costs_;
+};
+
+}  // namespace dynmo::service
+
+#endif  // DYNMO_COORDINATOR_JOB_JOB_SPEEDS_H_
