@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "coordinator/job/plan_messages.h"
 
 namespace dynmo::service {
 namespace {
@@ -66,7 +67,7 @@ bool PlanLifecycle::Restore(const dynmo::v1::JobRecord& record, absl::Time now) 
     core::RealizedGain g;
     g.gain = h.realized_gain();
     g.spread = h.realized_spread();
-    predictions_.Add(h.predicted_gain(), g);
+    gains_.Restore(h.predicted_gain(), g);
   }
   in_flight_.reset();
   if (!record.has_in_flight()) return false;
@@ -155,7 +156,8 @@ PlanReady PlanLifecycle::Issue(dynmo::v1::Plan plan, absl::Time now) {
   const dynmo::v1::Plan& p = in_flight_->plan();
   CoordinatorMessage prepare;
   *prepare.mutable_prepare() = p;
-  const auto [ranks, sessions] = ToParticipants(prepare, &ready.effects);
+  const auto [ranks, sessions] =
+      SendToParticipants(*roster_, *layout_, prepare, &ready.effects);
   ++ready.effects.plans_issued;
   Log(options_.event_level, "plan_issued",
       {{"job", options_.job},
@@ -205,34 +207,6 @@ PlanReady PlanLifecycle::OnTick(absl::Time now, int64_t newest_iteration) {
   return {};
 }
 
-PlanReady PlanLifecycle::OnRegistering(const dynmo::v1::RegisterRequest& request,
-                                       absl::Time now) {
-  if (request.applied_epoch() <= epoch_) {
-    if (request.applied_epoch() < applied_epoch_ &&
-        request.pending_epoch() < applied_epoch_ && request.boundaries_size() > 0) {
-      return AdoptResumed(request, now);
-    }
-    return Adopt(request.rank(), request.applied_epoch(), &request, now);
-  }
-  // Newer than any issued here: the state dir was lost or is older than
-  // the ranks. Adopt the rank's epoch and layout so that the next plan is
-  // newer than anything applied.
-  PlanReady ready;
-  ready.epoch_adopted = true;
-  const uint64_t recorded = epoch_;
-  epoch_ = request.applied_epoch();
-  applied_epoch_ = request.applied_epoch();
-  if (request.boundaries_size() > 0) ready.rank_layout = &request;
-  Log(LogLevel::kWarning, "epoch_adopted",
-      {{"job", options_.job},
-       {"rank", request.rank()},
-       {"epoch", request.applied_epoch()},
-       {"recorded_epoch", recorded},
-       {"layout", request.boundaries_size() > 0 ? "the rank's" : "unchanged"}},
-      &ready.effects);
-  return ready;
-}
-
 PlanReady PlanLifecycle::OnRegistered(const dynmo::v1::RegisterRequest& request,
                                       absl::Time now) {
   // A committed plan survives a coordinator restart; a re-registering rank
@@ -260,12 +234,9 @@ PlanReady PlanLifecycle::OnReport(int rank, int64_t iteration,
                                   uint64_t applied_epoch, double iteration_s,
                                   absl::Time now) {
   const bool participates = roster_->Participates(rank, layout_->active_stages);
-  if (participates) steps_.Add(iteration, iteration_s);
+  if (participates) gains_.AddStep(iteration, iteration_s);
   PlanReady ready = Adopt(rank, applied_epoch, nullptr, now);
-  if (realizing_ && steps_.newest() >= core::AfterWindowEnd(realizing_->apply_iteration,
-                                                             windows_)) {
-    ready.Merge(Realize());
-  }
+  ready.Merge(Realized(gains_.Due()));
   // A committed plan is settled by the first report of its apply iteration
   // from a participant: the ranks agreed in-band, so one rank's epoch
   // speaks for all.
@@ -299,7 +270,8 @@ PlanReady PlanLifecycle::OnAck(int rank, const PlanAck& ack, absl::Time now) {
         const RosterRank& r = roster_->at(rank);
         if (!in_flight_->plan().commit_with_prepare() && r.sink != nullptr) {
           ready.effects.sends.push_back(
-              {r.sink, {rank}, std::make_shared<const CoordinatorMessage>(CommitMessage())});
+              {r.sink, {rank},
+               std::make_shared<const CoordinatorMessage>(CommitMessage(in_flight_->plan()))});
         }
         return ready;
       }
@@ -330,22 +302,15 @@ PlanReady PlanLifecycle::Commit(absl::Time now) {
   pending_ = Pending::kCommit;
   Log(options_.event_level, "plan_committed",
       {{"job", options_.job}, {"epoch", in_flight_->plan().epoch()}}, &ready.effects);
-  ToParticipants(CommitMessage(), &ready.effects);
+  SendToParticipants(*roster_, *layout_, CommitMessage(in_flight_->plan()), &ready.effects);
   return ready;
 }
 
-PlanReady PlanLifecycle::Realize(int64_t end) {
+PlanReady PlanLifecycle::Realized(const std::optional<PlanGains::Measured>& measured) {
   PlanReady ready;
-  if (!realizing_) return ready;
-  const Realizing r = *std::exchange(realizing_, std::nullopt);
-  core::GainWindows windows = windows_;
-  const int64_t first_after = r.apply_iteration + windows.skip + 1;
-  windows.after = static_cast<int>(
-      std::clamp<int64_t>(end - first_after, 0, windows.after));
-  const std::optional<core::RealizedGain> g =
-      core::MeasureRealizedGain(steps_, r.apply_iteration, windows);
-  if (!g) return ready;  // too few step times (none reported, or cut short)
-  predictions_.Add(r.predicted, *g);
+  if (!measured) return ready;
+  const PlanGains::Measured& r = *measured;
+  const core::RealizedGain* g = &r.realized;
   for (dynmo::v1::PlanRecord& h : history_) {
     if (h.plan().epoch() != r.epoch) continue;
     h.set_realized_before_s(g->before_s);
@@ -372,24 +337,15 @@ PlanReady PlanLifecycle::Realize(int64_t end) {
   return ready;
 }
 
-CoordinatorMessage PlanLifecycle::CommitMessage() const {
-  CoordinatorMessage m;
-  m.mutable_commit()->set_epoch(in_flight_->plan().epoch());
-  m.mutable_commit()->set_apply_iteration(in_flight_->plan().apply_iteration());
-  return m;
-}
-
 PlanReady PlanLifecycle::Abort(const std::string& why, absl::Time now) {
-  CoordinatorMessage abort;
-  abort.mutable_abort()->set_epoch(in_flight_->plan().epoch());
-  abort.mutable_abort()->set_reason(why);
+  const CoordinatorMessage abort = AbortMessage(in_flight_->plan().epoch(), why);
   Finish(dynmo::v1::PLAN_OUTCOME_ABORTED, why, now);
   PlanReady ready;
   ready.persist = Persist::kSettled;
   Log(LogLevel::kWarning, "plan_aborted",
       {{"job", options_.job}, {"epoch", abort.abort().epoch()}, {"reason", why}},
       &ready.effects);
-  ToParticipants(abort, &ready.effects);
+  SendToParticipants(*roster_, *layout_, abort, &ready.effects);
   ++ready.effects.plans_aborted;
   return ready;
 }
@@ -398,10 +354,23 @@ PlanReady PlanLifecycle::Apply(const std::string& why, absl::Time now) {
   dynmo::v1::Plan plan = in_flight_->plan();
   applied_epoch_ = plan.epoch();
   // The plan applied before is measured with what this one leaves it.
-  PlanReady ready = Realize(plan.apply_iteration() - windows_.skip);
-  realizing_ = Realizing{plan.epoch(), plan.apply_iteration(), in_flight_->predicted_gain()};
+  PlanReady ready = Realized(
+      gains_.Follow(plan.epoch(), plan.apply_iteration(), in_flight_->predicted_gain()));
   Finish(dynmo::v1::PLAN_OUTCOME_APPLIED, why, now);
   ready.persist = Persist::kSettled;
+  Switch(std::move(plan), why, &ready);
+  return ready;
+}
+
+PlanReady PlanLifecycle::OnAttach(const std::shared_ptr<SessionSink>& sink,
+                                  absl::Span<const int> ranks) const {
+  PlanReady ready;
+  SendMissed(*roster_, *layout_, in_flight(), history_, epoch_, sink, ranks, &ready.effects);
+  return ready;
+}
+
+void PlanLifecycle::Switch(dynmo::v1::Plan plan, const std::string& why,
+                           PlanReady* ready) const {
   Log(options_.event_level, "plan_applied",
       {{"job", options_.job},
        {"epoch", plan.epoch()},
@@ -409,158 +378,10 @@ PlanReady PlanLifecycle::Apply(const std::string& why, absl::Time now) {
        {"reason", why},
        {"boundaries", absl::StrJoin(plan.boundaries(), ",")},
        {"stages", absl::StrJoin(plan.active_stages(), ",")}},
-      &ready.effects);
-  ++ready.effects.plans_applied;
-  ready.effects.migrated_bytes += static_cast<double>(plan.migration_bytes());
-  ready.applied = std::move(plan);
-  return ready;
-}
-
-PlanReady PlanLifecycle::Adopt(int rank, uint64_t epoch,
-                               const dynmo::v1::RegisterRequest* registered,
-                               absl::Time now) {
-  if (epoch <= applied_epoch_) return {};
-  PlanReady ready;
-  if (in_flight_) {
-    if (in_flight_->plan().epoch() == epoch) {
-      // Committed: the rank's switch settles it. Preparing: no rank can
-      // have switched (two-phase), so the claim is ignored.
-      if (in_flight_->outcome() == dynmo::v1::PLAN_OUTCOME_COMMITTED) {
-        return Apply(absl::StrCat("rank ", rank, " runs under it"), now);
-      }
-      return {};
-    }
-    // Planned from a layout the ranks have left.
-    ready = Abort(absl::StrCat("rank ", rank, " runs under epoch ", epoch,
-                               ", newer than the applied ", applied_epoch_),
-                  now);
-  }
-  // The ranks run under an epoch the coordinator settled otherwise
-  // (aborted it while they had agreed to switch) or lost that it was
-  // applied: the ranks are right.
-  const uint64_t recorded = applied_epoch_;
-  const std::string why = absl::StrCat("rank ", rank, " runs under it (the coordinator had applied ",
-                                       recorded, ")");
-  applied_epoch_ = epoch;
-  PlanReady adopted;
-  adopted.persist = Persist::kSettled;
-  const char* layout = "unchanged (no record of the plan)";
-  for (dynmo::v1::PlanRecord& h : history_) {
-    if (h.plan().epoch() != epoch) continue;
-    h.set_outcome(dynmo::v1::PLAN_OUTCOME_APPLIED);
-    h.set_detail(why);
-    h.set_outcome_unix_ms(absl::ToUnixMillis(now));
-    layout = "the plan's";
-    adopted.applied = h.plan();
-    Log(options_.event_level, "plan_applied",
-        {{"job", options_.job},
-         {"epoch", epoch},
-         {"apply_iteration", h.plan().apply_iteration()},
-         {"reason", why},
-         {"boundaries", absl::StrJoin(h.plan().boundaries(), ",")},
-         {"stages", absl::StrJoin(h.plan().active_stages(), ",")}},
-        &adopted.effects);
-    ++adopted.effects.plans_applied;
-    adopted.effects.migrated_bytes += static_cast<double>(h.plan().migration_bytes());
-    break;
-  }
-  if (!adopted.applied && registered != nullptr && registered->boundaries_size() > 0) {
-    layout = "the rank's";
-    adopted.rank_layout = registered;
-  }
-  Log(LogLevel::kWarning, "epoch_adopted",
-      {{"job", options_.job}, {"rank", rank}, {"epoch", epoch},
-       {"recorded_epoch", recorded}, {"layout", layout}},
-      &adopted.effects);
-  ready.Merge(std::move(adopted));
-  return ready;
-}
-
-PlanReady PlanLifecycle::AdoptResumed(const dynmo::v1::RegisterRequest& request,
-                                      absl::Time now) {
-  std::vector<int> active(request.active_stages().begin(), request.active_stages().end());
-  if (active.empty()) {
-    for (int s = 0; s < request.pipeline_size(); ++s) active.push_back(s);
-  }
-  const std::vector<int> boundaries(request.boundaries().begin(), request.boundaries().end());
-  if (active == layout_->active_stages && boundaries == layout_->boundaries) return {};
-  PlanReady ready;
-  if (in_flight_) {
-    // Planned from a layout the ranks have left.
-    ready = Abort(absl::StrCat("rank ", request.rank(),
-                               " restarted from older state at another layout"),
-                  now);
-  }
-  PlanReady adopted;
-  adopted.persist = Persist::kSettled;
-  adopted.rank_layout = &request;
-  adopted.resumed = true;
-  // Step times from before the restart say nothing about the layout now.
-  steps_ = core::StepTimes();
-  realizing_.reset();
-  Log(LogLevel::kWarning, "layout_adopted",
-      {{"job", options_.job},
-       {"rank", request.rank()},
-       {"epoch", request.applied_epoch()},
-       {"recorded_epoch", applied_epoch_},
-       {"boundaries_from", absl::StrJoin(layout_->boundaries, ",")},
-       {"boundaries_to", absl::StrJoin(boundaries, ",")},
-       {"stages", absl::StrJoin(active, ",")},
-       {"reason", "the rank restarted from older state (a checkpoint) and runs this layout"}},
-      &adopted.effects);
-  ready.Merge(std::move(adopted));
-  return ready;
-}
-
-std::pair<int, int> PlanLifecycle::ToParticipants(const CoordinatorMessage& m,
-                                                  JobEffects* out) const {
-  auto shared = std::make_shared<const CoordinatorMessage>(m);
-  int ranks = 0, sessions = 0;
-  for (SessionRanks& s : roster_->ParticipantSessions(layout_->active_stages)) {
-    ranks += static_cast<int>(s.ranks.size());
-    ++sessions;
-    out->sends.push_back({std::move(s.sink), std::move(s.ranks), shared});
-  }
-  return {ranks, sessions};
-}
-
-PlanReady PlanLifecycle::OnAttach(const std::shared_ptr<SessionSink>& sink,
-                                  absl::Span<const int> ranks) const {
-  PlanReady ready;
-  if (sink == nullptr || ranks.empty()) return ready;
-  std::vector<CoordinatorMessage> missed;
-  bool active_ranks_only = false;
-  if (!in_flight_) {
-    if (!history_.empty() && history_.back().plan().epoch() == epoch_ &&
-        history_.back().outcome() == dynmo::v1::PLAN_OUTCOME_ABORTED) {
-      CoordinatorMessage m;
-      m.mutable_abort()->set_epoch(epoch_);
-      m.mutable_abort()->set_reason(history_.back().detail());
-      missed.push_back(std::move(m));
-    }
-  } else {
-    active_ranks_only = true;
-    CoordinatorMessage m;
-    *m.mutable_prepare() = in_flight_->plan();
-    missed.push_back(std::move(m));
-    if (in_flight_->outcome() == dynmo::v1::PLAN_OUTCOME_COMMITTED &&
-        !in_flight_->plan().commit_with_prepare()) {
-      missed.push_back(CommitMessage());
-    }
-  }
-  std::vector<int> to;
-  for (int rank : ranks) {
-    if (!active_ranks_only ||
-        RankRoster::IsActiveStage(layout_->active_stages, roster_->at(rank).pipeline_rank)) {
-      to.push_back(rank);
-    }
-  }
-  if (to.empty()) return ready;
-  for (CoordinatorMessage& m : missed) {
-    ready.effects.sends.push_back(
-        {sink, to, std::make_shared<const CoordinatorMessage>(std::move(m))});
-  }
-  return ready;
+      &ready->effects);
+  ++ready->effects.plans_applied;
+  ready->effects.migrated_bytes += static_cast<double>(plan.migration_bytes());
+  ready->applied = std::move(plan);
 }
 
 void PlanLifecycle::Log(LogLevel level, std::string name, std::vector<LogField> fields,

@@ -46,7 +46,6 @@
 
 #include <cstdint>
 #include <deque>
-#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -55,10 +54,10 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "coordinator/core/realized_gain.h"
 #include "coordinator/job/job_effects.h"
 #include "coordinator/job/job_layout.h"
 #include "coordinator/job/log_field.h"
+#include "coordinator/job/plan_gains.h"
 #include "coordinator/job/rank_roster.h"
 #include "dynmo/v1/agent.pb.h"
 #include "dynmo/v1/plan.pb.h"
@@ -125,7 +124,7 @@ class PlanLifecycle {
   // "idle", "preparing" or "committed".
   const char* StateName() const;
   // The newest realized plans' prediction errors and spreads.
-  const core::PredictionRecord& predictions() const { return predictions_; }
+  const core::PredictionRecord& predictions() const { return gains_.record(); }
 
   // ---- Checks, before an event is applied ----
   // FAILED_PRECONDITION while a plan is in flight.
@@ -186,15 +185,12 @@ class PlanLifecycle {
                   const dynmo::v1::RegisterRequest* registered, absl::Time now);
   // A rank back from older state at another layout (OnRegistering).
   PlanReady AdoptResumed(const dynmo::v1::RegisterRequest& request, absl::Time now);
-  // The realized gain of the plan applied last, measured now from the step
-  // times before iteration `end` (its after-window complete, or cut short
-  // where the next plan switches); nothing when too few were reported.
-  PlanReady Realize(int64_t end = std::numeric_limits<int64_t>::max());
-  dynmo::v1::CoordinatorMessage CommitMessage() const;
-  // `m` for every participant's session; returns how many ranks and
-  // sessions it goes to.
-  std::pair<int, int> ToParticipants(const dynmo::v1::CoordinatorMessage& m,
-                                     JobEffects* out) const;
+  // A plan's measured gain into its history record, the event and the
+  // effects; nothing for none.
+  PlanReady Realized(const std::optional<PlanGains::Measured>& measured);
+  // `ready` switches to `plan` (applied with `why`): the plan_applied
+  // event and counters.
+  void Switch(dynmo::v1::Plan plan, const std::string& why, PlanReady* ready) const;
   void Log(LogLevel level, std::string name, std::vector<LogField> fields,
            JobEffects* out) const;
   void Finish(dynmo::v1::PlanOutcome outcome, const std::string& detail,
@@ -214,17 +210,7 @@ class PlanLifecycle {
   int prepared_count_ = 0;
   std::vector<bool> prepared_;  // per rank, for the plan in flight
   std::deque<dynmo::v1::PlanRecord> history_;
-  // The realized gains: the step times, the applied plan being followed,
-  // the newest plans' errors.
-  core::GainWindows windows_;
-  core::StepTimes steps_;
-  struct Realizing {
-    uint64_t epoch = 0;
-    int64_t apply_iteration = 0;
-    double predicted = 0;
-  };
-  std::optional<Realizing> realizing_;
-  core::PredictionRecord predictions_;
+  PlanGains gains_;  // what the applied plans delivered
 };
 
 }  // namespace dynmo::service

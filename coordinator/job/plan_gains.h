@@ -1,0 +1,58 @@
+// PlanGains: one job's applied plans followed to what they delivered — the
+// participants' step times (core::StepTimes), the plan applied last until
+// the iterations after its switch are in, and the newest plans' shortfalls
+// (core::PredictionRecord) the auto gate calibrates by. PlanLifecycle feeds
+// it and records each measurement in the plan's history.
+//
+// Thread-compatible: the owner serialises every call.
+#ifndef DYNMO_COORDINATOR_JOB_PLAN_GAINS_H_
+#define DYNMO_COORDINATOR_JOB_PLAN_GAINS_H_
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+
+#include "coordinator/core/realized_gain.h"
+
+namespace dynmo::service {
+
+class PlanGains {
+ public:
+  struct Measured {
+    uint64_t epoch = 0;
+    int64_t apply_iteration = 0;
+    double predicted = 0;
+    core::RealizedGain realized;
+  };
+
+  // A participant's step time (0 or bad values are ignored).
+  void AddStep(int64_t iteration, double seconds) { steps_.Add(iteration, seconds); }
+  // Follows the plan `epoch` applied at `apply_iteration`, predicted to gain
+  // `predicted`. The plan followed before is measured now, on the
+  // iterations before this one's switch.
+  std::optional<Measured> Follow(uint64_t epoch, int64_t apply_iteration, double predicted);
+  // The plan followed, measured once the iterations after its switch are in.
+  std::optional<Measured> Due();
+  // The job restarted from older state: step times and the plan followed
+  // say nothing about what runs now.
+  void Forget();
+  // A plan measured before (a restored record).
+  void Restore(double predicted, const core::RealizedGain& realized) {
+    record_.Add(predicted, realized);
+  }
+  const core::PredictionRecord& record() const { return record_; }
+
+ private:
+  // The plan followed, on the step times before iteration `end` (nothing
+  // when too few were reported); it is followed no more.
+  std::optional<Measured> Measure(int64_t end);
+
+  core::GainWindows windows_;
+  core::StepTimes steps_;
+  std::optional<Measured> following_;  // realized unset
+  core::PredictionRecord record_;
+};
+
+}  // namespace dynmo::service
+
+#endif  // DYNMO_COORDINATOR_JOB_PLAN_GAINS_H_

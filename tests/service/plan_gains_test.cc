@@ -1,0 +1,51 @@
+#include "coordinator/job/plan_gains.h"
+
+#include "gtest/gtest.h"
+
+namespace dynmo::service {
+namespace {
+
+TEST(PlanGainsTest, APlanIsMeasuredOnceItsWindowAfterIsIn) {
+  PlanGains gains;
+  for (int64_t i = 0; i < 20; ++i) gains.AddStep(i, 2.0);
+  EXPECT_FALSE(gains.Follow(1, 20, 0.25).has_value()) << "nothing followed before";
+  for (int64_t i = 20; i < 29; ++i) {
+    gains.AddStep(i, 1.6);
+    EXPECT_FALSE(gains.Due().has_value()) << i;
+  }
+  gains.AddStep(29, 1.6);
+  const std::optional<PlanGains::Measured> m = gains.Due();
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(m->epoch, 1u);
+  EXPECT_NEAR(m->realized.gain, 0.25, 1e-12);
+  EXPECT_EQ(gains.record().size(), 1);
+  EXPECT_FALSE(gains.Due().has_value()) << "measured once";
+}
+
+TEST(PlanGainsTest, APlanFollowedSoonByTheNextIsMeasuredBeforeThatSwitch) {
+  PlanGains gains;
+  for (int64_t i = 0; i < 20; ++i) gains.AddStep(i, 2.0);
+  gains.Follow(1, 20, 0.25);
+  for (int64_t i = 20; i < 27; ++i) gains.AddStep(i, 1.6);
+  // The next plan switches at 27: plan 1's after-window is 22..25.
+  const std::optional<PlanGains::Measured> m = gains.Follow(2, 27, 0.1);
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(m->epoch, 1u);
+  EXPECT_EQ(m->realized.samples_after, 4);
+  EXPECT_NEAR(m->realized.gain, 0.25, 1e-12);
+}
+
+TEST(PlanGainsTest, TooFewStepTimesOrAResumeMeasureNothing) {
+  PlanGains gains;
+  gains.Follow(1, 20, 0.25);  // no step times at all (a trainer without them)
+  for (int64_t i = 20; i < 40; ++i) EXPECT_FALSE(gains.Due().has_value());
+  for (int64_t i = 0; i < 20; ++i) gains.AddStep(i, 2.0);
+  gains.Follow(2, 20, 0.25);
+  gains.Forget();  // resumed from a checkpoint
+  for (int64_t i = 20; i < 40; ++i) gains.AddStep(i, 1.0);
+  EXPECT_FALSE(gains.Due().has_value());
+  EXPECT_EQ(gains.record().size(), 0);
+}
+
+}  // namespace
+}  // namespace dynmo::service
