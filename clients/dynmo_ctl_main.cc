@@ -20,7 +20,6 @@
 // A readable table by default; --json prints the response message as JSON
 // (protobuf's canonical mapping). Exit status 0 on success, 1 on an RPC
 // error (its code and message on stderr), 2 on a usage error.
-#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -39,6 +38,7 @@
 #include "agent/channel.h"
 #include "agent/client_credentials.h"
 #include "cli/address.h"
+#include "coordinator/core/realized_gain.h"
 #include "cli/coordinator_flags.h"
 #include "cli/flag_parse.h"
 #include "cli/program_info.h"
@@ -189,11 +189,8 @@ void PrintJob(const v1::JobStatus& st) {
     }
   }
   if (!errors.empty()) {
-    std::sort(errors.begin(), errors.end());
-    const size_t n = errors.size();
-    const double median = n % 2 ? errors[n / 2] : (errors[n / 2 - 1] + errors[n / 2]) / 2;
-    std::printf("predictions    %zu plans measured, median error %.1f points\n", n,
-                100 * median);
+    std::printf("predictions    %zu plans measured, median error %.1f points\n",
+                errors.size(), 100 * core::Median(errors));
   }
   std::printf("iteration      %lld (%lld reports)\n",
               static_cast<long long>(s.last_iteration()),

@@ -20,6 +20,12 @@ void SetStages(std::vector<int> active, core::Boundaries boundaries,
                                    static_cast<int>(layout->active_stages.size()));
 }
 
+void SetStagesOf(const dynmo::v1::RegisterRequest& r, JobLayout* layout) {
+  SetStages({r.active_stages().begin(), r.active_stages().end()},
+            {r.boundaries().begin(), r.boundaries().end()}, r.pipeline_size(),
+            r.num_layers(), layout);
+}
+
 JobLayout StartingLayout(int microbatches, const std::string& schedule,
                          std::vector<int> active, core::Boundaries boundaries,
                          int pipeline_size, int num_layers) {

@@ -11,6 +11,7 @@
 
 #include "coordinator/core/boundaries.h"
 #include "coordinator/core/pipeline_sim.h"
+#include "dynmo/v1/agent.pb.h"
 
 namespace dynmo::service {
 
@@ -26,6 +27,9 @@ struct JobLayout {
 // boundaries of `num_layers` layers over the active stages.
 void SetStages(std::vector<int> active, core::Boundaries boundaries,
                int pipeline_size, int num_layers, JobLayout* layout);
+
+// SetStages with the stages and boundaries a registering rank runs.
+void SetStagesOf(const dynmo::v1::RegisterRequest& rank, JobLayout* layout);
 
 // A job's first layout, from what registered it or what the state dir
 // holds: `microbatches` (1 when not positive), `schedule` (1F1B when it

@@ -39,10 +39,8 @@ absl::Status JobMachine::Carry(PlanReady ready, absl::Time now, JobEffects* out)
   JobEffects switched;
   if (ready.applied.has_value()) {
     SwitchLayout(*ready.applied, now, &switched);
-  } else if (const dynmo::v1::RegisterRequest* r = ready.rank_layout; r != nullptr) {
-    SetStages({r->active_stages().begin(), r->active_stages().end()},
-              {r->boundaries().begin(), r->boundaries().end()}, r->pipeline_size(),
-              r->num_layers(), &layout_);
+  } else if (ready.rank_layout != nullptr) {
+    SetStagesOf(*ready.rank_layout, &layout_);
   }
   if (ready.resumed) rebalancer_.OnResumed();
   if (ready.persist != PlanReady::Persist::kNo) {

@@ -8,8 +8,6 @@
 // Part of PlanLifecycle.
 #include <string>
 #include <utility>
-#include <vector>
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "coordinator/job/plan_lifecycle.h"
@@ -36,13 +34,8 @@ PlanReady PlanLifecycle::OnRegistering(const dynmo::v1::RegisterRequest& request
   epoch_ = request.applied_epoch();
   applied_epoch_ = request.applied_epoch();
   if (request.boundaries_size() > 0) ready.rank_layout = &request;
-  Log(LogLevel::kWarning, "epoch_adopted",
-      {{"job", options_.job},
-       {"rank", request.rank()},
-       {"epoch", request.applied_epoch()},
-       {"recorded_epoch", recorded},
-       {"layout", request.boundaries_size() > 0 ? "the rank's" : "unchanged"}},
-      &ready.effects);
+  LogEpochAdopted(request.rank(), request.applied_epoch(), recorded,
+                  request.boundaries_size() > 0 ? "the rank's" : "unchanged", &ready);
   return ready;
 }
 
@@ -88,22 +81,19 @@ PlanReady PlanLifecycle::Adopt(int rank, uint64_t epoch,
     layout = "the rank's";
     adopted.rank_layout = registered;
   }
-  Log(LogLevel::kWarning, "epoch_adopted",
-      {{"job", options_.job}, {"rank", rank}, {"epoch", epoch},
-       {"recorded_epoch", recorded}, {"layout", layout}},
-      &adopted.effects);
+  LogEpochAdopted(rank, epoch, recorded, layout, &adopted);
   ready.Merge(std::move(adopted));
   return ready;
 }
 
 PlanReady PlanLifecycle::AdoptResumed(const dynmo::v1::RegisterRequest& request,
                                       absl::Time now) {
-  std::vector<int> active(request.active_stages().begin(), request.active_stages().end());
-  if (active.empty()) {
-    for (int s = 0; s < request.pipeline_size(); ++s) active.push_back(s);
+  JobLayout named = *layout_;
+  SetStagesOf(request, &named);
+  if (named.active_stages == layout_->active_stages &&
+      named.boundaries == layout_->boundaries) {
+    return {};
   }
-  const std::vector<int> boundaries(request.boundaries().begin(), request.boundaries().end());
-  if (active == layout_->active_stages && boundaries == layout_->boundaries) return {};
   PlanReady ready;
   if (in_flight_) {
     // Planned from a layout the ranks have left.
@@ -123,12 +113,20 @@ PlanReady PlanLifecycle::AdoptResumed(const dynmo::v1::RegisterRequest& request,
        {"epoch", request.applied_epoch()},
        {"recorded_epoch", applied_epoch_},
        {"boundaries_from", absl::StrJoin(layout_->boundaries, ",")},
-       {"boundaries_to", absl::StrJoin(boundaries, ",")},
-       {"stages", absl::StrJoin(active, ",")},
+       {"boundaries_to", absl::StrJoin(named.boundaries, ",")},
+       {"stages", absl::StrJoin(named.active_stages, ",")},
        {"reason", "the rank restarted from older state (a checkpoint) and runs this layout"}},
       &adopted.effects);
   ready.Merge(std::move(adopted));
   return ready;
+}
+
+void PlanLifecycle::LogEpochAdopted(int rank, uint64_t epoch, uint64_t recorded,
+                                    const char* layout, PlanReady* ready) const {
+  Log(LogLevel::kWarning, "epoch_adopted",
+      {{"job", options_.job}, {"rank", rank}, {"epoch", epoch},
+       {"recorded_epoch", recorded}, {"layout", layout}},
+      &ready->effects);
 }
 
 }  // namespace dynmo::service

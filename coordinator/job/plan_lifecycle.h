@@ -188,6 +188,10 @@ class PlanLifecycle {
   // A plan's measured gain into its history record, the event and the
   // effects; nothing for none.
   PlanReady Realized(const std::optional<PlanGains::Measured>& measured);
+  // The epoch_adopted warning: `rank` runs under `epoch`, the job had
+  // `recorded`; `layout` says whose layout is now in force.
+  void LogEpochAdopted(int rank, uint64_t epoch, uint64_t recorded, const char* layout,
+                       PlanReady* ready) const;
   // `ready` switches to `plan` (applied with `why`): the plan_applied
   // event and counters.
   void Switch(dynmo::v1::Plan plan, const std::string& why, PlanReady* ready) const;
