@@ -25,9 +25,13 @@ which ``scripts/dynmo-report`` reads.
 ``torch.distributed`` backend; ``nccl-double`` runs CPU ranks under NCCL's
 completion semantics (``dynmo.nccl_double``: a receive reads poison until
 its work is waited on), which is how CI proves the GPU path's ordering.
-A rank that dies or falls silent mid-migration ends every survivor with
-one line (``MigrationError``, within ``--migration_timeout_s``) and exit
-status 3.
+Bad flags are refused before any process group starts: one line, exit
+status 2 (a constructor refusal, ``dynmo.InvalidArgumentError``, too). A
+rank that raises ends every rank within seconds with one line naming it
+and its error (``pipe.close(error=e)``, dynmo/pipelining/failure.py), exit
+status 1; a rank that dies or falls silent mid-migration ends every
+survivor with one line (``MigrationError``, within
+``--migration_timeout_s``) and exit status 3.
 """
 from __future__ import annotations
 
@@ -36,7 +40,7 @@ import json
 import os
 import sys
 import time
-from typing import List, Optional
+from typing import List, NoReturn, Optional
 
 import torch
 import torch.distributed as dist
@@ -46,12 +50,25 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import llama_model as lm  # noqa: E402
 from gpt_data import corpus, micro_batch  # noqa: E402
 from gpt_pipeline import init_distributed, resolve_device  # noqa: E402
-from dynmo import plan_formats  # noqa: E402
+from dynmo import InvalidArgumentError, plan_formats  # noqa: E402
 from dynmo.pipelining import DynamicPipeline, MigrationError  # noqa: E402  # DynMo
+from dynmo.pipelining.failure import one_line  # noqa: E402
+
+
+def refuse(message: str) -> NoReturn:
+    """One line on rank 0 (every rank refuses alike), exit status 2."""
+    if os.environ.get("RANK", "0") == "0":
+        print(f"llama_pipelining: {message}", file=sys.stderr, flush=True)
+    sys.exit(2)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        refuse(message)
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = OneLineParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--coordinator", default=os.environ.get("DYNMO_COORDINATOR", "embedded"),
                    help="none | embedded | HOST:PORT (default: $DYNMO_COORDINATOR, else "
                         "embedded)")
@@ -91,10 +108,49 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                    help="auto (nccl on cuda, gloo on cpu) | gloo | nccl | nccl-double")
     p.add_argument("--migration_timeout_s", type=float, default=60.0,
                    help="bound on every wait of a migration (a dead peer: one line, exit 3)")
+    p.add_argument("--connect_timeout_s", type=float, default=20.0,
+                   help="how long a rank waits for the coordinator (unreachable: one line)")
     args = p.parse_args(argv)
-    if args.no_timing and args.coordinator != "none":
-        p.error("--no_timing needs --coordinator none (DynMo decides from the timings)")
+    check_flags(args)
     return args
+
+
+def check_flags(args: argparse.Namespace) -> None:
+    """Refuses (``refuse``) what would fail once the ranks have started."""
+    for name in ("dp", "layers", "dim", "heads", "kv_heads", "seq_len", "microbatches",
+                 "micro_batch", "stages_per_rank"):
+        if getattr(args, name) < 1:
+            refuse(f"--{name} must be >= 1, got {getattr(args, name)}")
+    if args.pp is not None and args.pp < 1:
+        refuse(f"--pp must be >= 1, got {args.pp}")
+    if args.steps < 0:
+        refuse(f"--steps must be >= 0, got {args.steps}")
+    for name in ("migration_timeout_s", "connect_timeout_s"):
+        if not getattr(args, name) > 0:
+            refuse(f"--{name} must be > 0, got {getattr(args, name)}")
+    if args.dim % args.heads or (args.dim // args.heads) % 2:
+        refuse(f"--heads {args.heads} must divide --dim {args.dim} into even head sizes")
+    if args.heads % args.kv_heads:
+        refuse(f"--kv_heads {args.kv_heads} must divide --heads {args.heads}")
+    if args.seq_len > corpus().numel() - 2:
+        refuse(f"--seq_len {args.seq_len} is longer than the corpus allows "
+               f"({corpus().numel() - 2})")
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    pp = args.pp or world // args.dp
+    if pp * args.dp != world:
+        refuse(f"--pp {pp} x --dp {args.dp} must equal the world size {world}")
+    if args.initial_boundaries is not None:
+        try:
+            [int(x) for x in args.initial_boundaries.split(",")]
+        except ValueError:
+            refuse(f"--initial_boundaries must be integers b0,...,bS, got "
+                   f"{args.initial_boundaries!r}")
+    if args.log_json:
+        folder = os.path.dirname(os.path.abspath(args.log_json))
+        if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+            refuse(f"--log_json {args.log_json}: cannot write in {folder}")
+    if args.no_timing and args.coordinator != "none":
+        refuse("--no_timing needs --coordinator none (DynMo decides from the timings)")
 
 
 def iteration_record(pipe: DynamicPipeline, summary: dict, step: int, plan, tokens: int,
@@ -149,16 +205,21 @@ def main(argv: Optional[List[str]] = None) -> int:
             job=args.job, policy={"trigger": args.trigger, "repack": args.repack},  # DynMo
             timing=not args.no_timing, planned_iterations=args.steps,  # DynMo
             migration_timeout_s=args.migration_timeout_s,  # DynMo
+            connect_timeout_s=args.connect_timeout_s,  # DynMo
             data_parallel=args.data_parallel)  # DynMo
-    except (TypeError, ValueError) as e:
+    except InvalidArgumentError as e:  # refused alike on every rank
         if rank == 0:
-            print(f"llama_pipelining: {e}", file=sys.stderr)
+            print(f"llama_pipelining: {e}", file=sys.stderr, flush=True)
         dist.destroy_process_group()
         return 2
+    except Exception as e:  # this rank failed: the others were told and end
+        print(f"llama_pipelining: rank {rank} failed: {one_line(e)}", file=sys.stderr,
+              flush=True)
+        return 1
     data = corpus()
     log = None
     rows = args.micro_batch * args.microbatches
-    status = 1  # until the loop ends normally
+    error: Optional[BaseException] = None
     try:
         for step in range(args.steps):
             start = time.perf_counter()
@@ -205,19 +266,20 @@ def main(argv: Optional[List[str]] = None) -> int:
                   f"Megatron pipeline_model_parallel_layout="
                   f"{plan_formats.to_megatron(b)!r}; DeepSpeed parts="
                   f"{plan_formats.to_deepspeed(b)}", flush=True)
-        status = 0
-    except MigrationError as e:  # DynMo: a peer died or fell silent mid-migration
-        print(f"llama_pipelining: rank {rank}: {e}", file=sys.stderr, flush=True)
-        status = 3
-    finally:
-        if log:
+    except Exception as e:  # DynMo: this rank failed (a MigrationError: a peer died)
+        error = e
+    if log:
+        try:
             log.close()
-        # After an error the other ranks may never arrive: no barrier, no
-        # collective teardown (the process exits and its groups with it).
-        pipe.close(barrier=status == 0)
-        if status == 0:
-            dist.destroy_process_group()
-    return status
+        except OSError as e:
+            error = error or e
+    if error is not None:
+        # Every other rank is told and ends; nothing here waits on them.
+        print(f"llama_pipelining: {pipe.close(error=error)}", file=sys.stderr, flush=True)  # DynMo
+        return 3 if isinstance(error, MigrationError) else 1
+    pipe.close()  # DynMo
+    dist.destroy_process_group()
+    return 0
 
 
 if __name__ == "__main__":

@@ -13,12 +13,22 @@ changes) goes to ``log_path`` if given, else to the file
 $DYNMO_COORDINATOR_LOG names (kept after ``stop()``: how to read what an
 embedded coordinator decided, e.g. under ``dynmo.pipelining``), else to a
 temporary file removed by ``stop()``. Not thread-safe: owned by one thread.
+
+The daemon never outlives the process that started it: on Linux the
+kernel sends it SIGTERM when the starting thread ends, however it ends
+(``PR_SET_PDEATHSIG``: a SIGKILL, ``os._exit``, a crash), and an ``atexit``
+hook stops it on a normal exit elsewhere. Start it from the thread that
+lives as long as the job (the main thread).
 """
 from __future__ import annotations
 
+import atexit
+import ctypes
 import os
 import shutil
+import signal
 import subprocess
+import sys
 import tempfile
 import time
 from typing import List, Optional, Sequence
@@ -46,6 +56,21 @@ def find_coordinator_binary() -> str:
                         "DYNMO_BIN_DIR, or put it on PATH")
 
 
+def _die_with_parent(parent: int):
+    """The child's pre-exec step on Linux: SIGTERM when the parent thread
+    ends (and at once if it already has); None elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return None
+
+    def step() -> None:
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGTERM), 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before the prctl
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return step
+
+
 class LocalCoordinator:
     """A coordinator daemon on 127.0.0.1; ``address`` is "127.0.0.1:PORT"."""
 
@@ -62,7 +87,9 @@ class LocalCoordinator:
         except OSError as e:
             shutil.rmtree(self._dir, ignore_errors=True)
             raise ValueError(f"dynmo-coordinator log {log_path}: {e.strerror}") from None
-        self._proc = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT)
+        self._proc = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT,
+                                      preexec_fn=_die_with_parent(os.getpid()))
+        atexit.register(self.stop)
         deadline = time.monotonic() + start_timeout_s
         port = ""
         while time.monotonic() < deadline:
@@ -75,9 +102,11 @@ class LocalCoordinator:
                     break
             time.sleep(0.02)
         if not port:
-            why = self.log_tail() if self._proc.poll() is not None else "no port file"
+            exited = self._proc.poll() is not None
+            why = self.log_tail(1) if exited else "no port file"
             self.stop()
             raise UnavailableError(
+                f"dynmo-coordinator exited at its start: {why}" if exited else
                 f"dynmo-coordinator did not start within {start_timeout_s} s: {why}")
         self.port = int(port)
         self.address = f"127.0.0.1:{self.port}"
@@ -94,6 +123,7 @@ class LocalCoordinator:
 
     def stop(self) -> None:
         """SIGTERM, then wait (SIGKILL after 10 s). Idempotent."""
+        atexit.unregister(self.stop)
         if self._proc.poll() is None:
             self._proc.terminate()
             try:

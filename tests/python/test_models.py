@@ -298,8 +298,9 @@ def test_a_failed_constructor_leaves_the_model_whole(tmp_path):
         def broken_optimizer(params):
             raise RuntimeError("no optimizer")
 
-        for kwargs, error in ((dict(blocks="model.layerz"), TypeError),
-                              (dict(boundaries=[0, 7]), ValueError),
+        from dynmo import InvalidArgumentError
+        for kwargs, error in ((dict(blocks="model.layerz"), InvalidArgumentError),
+                              (dict(boundaries=[0, 7]), InvalidArgumentError),
                               (dict(optimizer=broken_optimizer), RuntimeError)):
             args = dict(schedule="1F1B", n_microbatches=2, loss_fn=None, pp=1,
                         optimizer=lambda ps: torch.optim.SGD(ps, lr=0.1))

@@ -15,7 +15,9 @@ migration of both packages) move a layer with any optimizer's state; ``Topology`
 ``CostMeter`` (cost_meter.py) measures the layers, ``JobLink``
 (job_link.py) talks to the coordinator, ``plan_problem`` (plan_check.py)
 says whether a plan applies, ``schedule_class`` (schedules.py) which
-schedules a running job can be rebuilt into.
+schedules a running job can be rebuilt into, ``check_arguments``
+(arguments.py) the constructor's refusals, ``JobFailure`` (failure.py) how
+one rank's error ends every rank.
 Importing it imports torch.
 """
 from dynmo.pipelining.layout import ModelLayout

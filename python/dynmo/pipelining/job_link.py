@@ -40,7 +40,9 @@ class JobLink:
                 microbatches: int, schedule: str, device_index: int,
                 group: Optional[dist.ProcessGroup], policy: Dict[str, Any], flags: Sequence[str] = (),
                 token_file: Optional[str] = None, tls_ca: Optional[str] = None,
-                planned_iterations: int = 0) -> "JobLink":
+                planned_iterations: int = 0, connect_timeout_s: float = 20.0) -> "JobLink":
+        """The agents of ``stages``, connected (``connect_timeout_s`` each);
+        a failure stops what it started (the embedded coordinator too)."""
         import dynmo  # the C++ agent: only needed with a coordinator
         address, local = coordinator, None
         if coordinator == "embedded":
@@ -54,20 +56,26 @@ class JobLink:
             dist.broadcast(port, 0, group=group)
             # host-sync(cpu): the control group's CPU tensor, once at start.
             address = f"127.0.0.1:{int(port.item())}"
-        agents = {}
-        for k, stage in enumerate(stages):
-            agents[stage] = dynmo.Agent(
-                address, job, stage * dp + dp_rank, pipeline_rank=stage,
-                pipeline_size=num_stages, data_parallel_rank=dp_rank,
-                data_parallel_size=dp, num_layers=num_layers, boundaries=list(boundaries),
-                microbatches=microbatches, schedule=schedule,
-                planned_iterations=planned_iterations,
-                model_fingerprint=f"pipelining:{num_layers}", host=socket.gethostname(),
-                device=device_index * len(stages) + k, token_file=token_file,
-                tls_ca=tls_ca, connect_timeout_s=20)
-        if dist.get_rank() == 0 and coordinator != "embedded" and policy:
-            token = dynmo._core.read_token(token_file) if token_file else None
-            dynmo.set_policy(address, job, token=token, tls_ca=tls_ca, **policy)
+        agents: Dict[int, Any] = {}
+        try:
+            for k, stage in enumerate(stages):
+                agents[stage] = dynmo.Agent(
+                    address, job, stage * dp + dp_rank, pipeline_rank=stage,
+                    pipeline_size=num_stages, data_parallel_rank=dp_rank,
+                    data_parallel_size=dp, num_layers=num_layers, boundaries=list(boundaries),
+                    microbatches=microbatches, schedule=schedule,
+                    planned_iterations=planned_iterations,
+                    model_fingerprint=f"pipelining:{num_layers}", host=socket.gethostname(),
+                    device=device_index * len(stages) + k, token_file=token_file,
+                    tls_ca=tls_ca, connect_timeout_s=connect_timeout_s)
+            if dist.get_rank() == 0 and coordinator != "embedded" and policy:
+                token = dynmo._core.read_token(token_file) if token_file else None
+                dynmo.set_policy(address, job, token=token, tls_ca=tls_ca, **policy)
+        except BaseException:
+            JobLink(agents, local).close(flush_s=0.0)
+            if local is not None:
+                local.stop()
+            raise
         return JobLink(agents, local)
 
     def plan_due(self, iteration: int) -> Optional[Plan]:
@@ -95,10 +103,12 @@ class JobLink:
                                   probe_s=probe_s, exchange_s=exchange_s,
                                   iteration_s=iteration_s)
 
-    def close(self) -> None:
-        """Flushes and stops the agents (the coordinator: ``stop_coordinator``)."""
+    def close(self, flush_s: float = 5.0) -> None:
+        """Flushes (at most ``flush_s`` each) and stops the agents (the
+        coordinator: ``stop_coordinator``)."""
         for a in self.agents.values():
-            a.flush(5.0)
+            if flush_s > 0:
+                a.flush(flush_s)
             a.stop()
         self.agents = {}
 

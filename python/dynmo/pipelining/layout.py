@@ -22,7 +22,8 @@ build an empty layer that receives a migrated one) and the shell (a copy of
 the model without its layers: its ``forward``, config and shared buffers
 such as RoPE tables), from which ``chunk`` builds the ``nn.Module`` a
 ``PipelineStage`` wraps. It leaves the user's model whole until
-``take_apart``. Not thread-safe: the training thread.
+``take_apart`` (``restore`` moves the held layers back to the devices they
+came from, for a constructor that fails). Not thread-safe: the training thread.
 """
 from __future__ import annotations
 
@@ -111,10 +112,12 @@ class ModelParts:
         held = set(held)
         self.skeleton: Dict[int, List[nn.Module]] = {}
         self.held: Dict[int, List[nn.Module]] = {}
+        self._came_from: Dict[int, List[Optional[torch.device]]] = {}
         for layer in range(layout.num_layers):
             modules = [model.get_submodule(f) for f in layout.fqns(layer)]
             self.skeleton[layer] = [_meta_copy(m) for m in modules]
             if layer in held:
+                self._came_from[layer] = [_device_of(m) for m in modules]
                 self.held[layer] = [m.to(device) for m in modules]
         # The shell: a copy of the model without what the layers hold.
         pieces = [model.get_submodule(f) for f in (*layout.first, *layout.last)]
@@ -122,6 +125,14 @@ class ModelParts:
         memo = {id(m): None for m in pieces}
         memo[id(blocks)] = nn.ModuleDict()
         self.shell = copy.deepcopy(model, memo).to(device)
+
+    def restore(self) -> None:
+        """Moves the held layers back to the devices they came from (the
+        user's model as it was, when the pipeline is not built)."""
+        for layer, devices in self._came_from.items():
+            for module, device in zip(self.held.get(layer, ()), devices):
+                if device is not None:
+                    module.to(device)
 
     def take_apart(self, model: nn.Module) -> None:
         """Empties the user's ``model`` of its layers (the held ones live on
@@ -196,6 +207,12 @@ def _meta_copy(module: nn.Module) -> nn.Module:
         memo[id(t)] = nn.Parameter(meta, requires_grad=t.requires_grad) \
             if isinstance(t, nn.Parameter) else meta
     return copy.deepcopy(module, memo)
+
+
+def _device_of(module: nn.Module) -> Optional[torch.device]:
+    """The device of ``module``'s first tensor (None without one)."""
+    tensor = next(itertools.chain(module.parameters(), module.buffers()), None)
+    return tensor.device if tensor is not None else None
 
 
 def _set(root: nn.Module, fqn: str, value: Optional[nn.Module]) -> None:

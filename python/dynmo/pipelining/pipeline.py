@@ -10,6 +10,7 @@ split DynMo changes while it trains.
         pipe.schedule.step(...)             # the user's own loop, unchanged
         pipe.optimizer.step(); pipe.lr_scheduler.step(); pipe.optimizer.zero_grad()
         pipe.end_iteration(step)            # per-layer costs go to the coordinator
+    pipe.close()                            # after an error: line = pipe.close(error=e)
 
 The steps, in the order the constructor takes them: read the model's
 layout (``layout.py``), place ranks and build groups (``topology.py``), keep
@@ -21,8 +22,9 @@ schedule from ``get_schedule_class``, build the optimizer and LR scheduler
 with the user's factories over the held parameters, attach the layer timer
 and connect one ``dynmo.Agent`` per local stage.
 
-At ``begin_iteration`` every rank of the job agrees in-band on the plan due
-(``dynmo.torch.agree_on_plan``, over the CPU control group: no GPU wait);
+At ``begin_iteration`` (replan.py) every rank of the job agrees in-band
+on the plan due (``dynmo.torch.agree_on_plan``, over the CPU control
+group: no GPU wait);
 when all hold it, each replica executes the plan's moves
 (``dynmo.torch.migration.migrate``: weights, buffers and the optimizer's
 per-parameter state, one batch per round on the job group, confirmed by
@@ -34,7 +36,7 @@ mid-migration raises ``MigrationError`` on every survivor within
 ``migration_timeout_s``; a layer that does not match changes nothing
 anywhere and the plan is acknowledged as not applied.
 
-``end_iteration`` reports the newest iteration whose clocks the device has
+``end_iteration`` (iteration_report.py) reports the newest iteration whose clocks the device has
 finished (``CostMeter``: on a GPU usually the one before, never a wait),
 with parameter counts and resident bytes computed once per plan; an MoE
 model's tokens per expert of that iteration are read with them
@@ -61,19 +63,19 @@ from torch.distributed.pipelining import PipelineStage
 from torch.distributed.pipelining.schedules import PipelineScheduleSingle
 
 from dynmo import _core
+from dynmo.pipelining.arguments import Arguments, check_arguments
 from dynmo.pipelining.cost_meter import CostMeter
+from dynmo.pipelining.failure import JobFailure, abort_process_groups
 from dynmo.pipelining.fsdp import replica_mesh, shard_chunk, shard_layer
+from dynmo.pipelining.iteration_report import gather_summary, report_costs
 from dynmo.pipelining.job_link import JobLink
-from dynmo.pipelining.layout import ModelLayout, ModelParts
+from dynmo.pipelining.layout import ModelParts
 from dynmo.pipelining.plan_check import plan_problem
-from dynmo.pipelining.schedules import (SPLIT_BACKWARD, V_STYLE, agent_schedule, canonical_name,
-                                       schedule_class)
-from dynmo.pipelining.tied import TiedGradients, find_ties
+from dynmo.pipelining.replan import apply_due_plan, execute_plan
+from dynmo.pipelining.schedules import SPLIT_BACKWARD, V_STYLE, agent_schedule
+from dynmo.pipelining.tied import TiedGradients
 from dynmo.pipelining.topology import Topology
-from dynmo.torch.memory import device_memory
-from dynmo.torch.plan import agree_on_plan
-from dynmo.torch.migration import DEFAULT_TIMEOUT_S, MigrationError, Transfer, migrate
-from dynmo.torch.speed_probe import launch_probe
+from dynmo.torch.migration import DEFAULT_TIMEOUT_S
 from dynmo.types import Plan
 
 _log = logging.getLogger("dynmo.pipelining")
@@ -102,11 +104,16 @@ class DynamicPipeline:
     time its layers take moves); ``speed_probe_steady_every`` otherwise
     (``dynmo._core.ProbeCadence``; 0: never probe). ``migration_timeout_s``:
     the bound on every wait of a migration (a dead peer raises
-    ``MigrationError`` within it). ``data_parallel``: how a stage's
+    ``MigrationError`` within it). ``connect_timeout_s``: how long each
+    agent waits for the coordinator (an unreachable one: ``UnavailableError``). ``data_parallel``: how a stage's
     replicas share its layers, "ddp" (each a full copy, gradients
     all-reduced: the default) or "fsdp2" (each layer ``fully_shard``ed over
     them, parameters and optimizer state DTensors of this replica's shard:
     see ``fsdp.py``; also at dp 1).
+    Every argument is checked first (``arguments.py``): a refusal is one
+    ``dynmo.InvalidArgumentError`` naming it, before anything is touched.
+    From then on an error on one rank ends every rank (``failure.py``;
+    ``close(error=e)`` after an error in the loop).
     """
 
     def __init__(self, model: nn.Module, *, schedule: str, n_microbatches: int,
@@ -125,128 +132,85 @@ class DynamicPipeline:
                  speed_probe_every: int = 5, speed_probe_steady_every: int = 25,
                  planned_iterations: int = 0,
                  migration_timeout_s: float = DEFAULT_TIMEOUT_S,
-                 data_parallel: str = "ddp") -> None:
+                 data_parallel: str = "ddp", connect_timeout_s: float = 20.0) -> None:
         if not dist.is_initialized():
             raise RuntimeError("dynmo.pipelining: call torch.distributed.init_process_group "
                                "first")
-        if n_microbatches < 1:
-            raise ValueError(f"dynmo.pipelining: n_microbatches must be >= 1, "
-                             f"got {n_microbatches}")
-        self._schedule_cls = schedule_class(schedule)
-        self.schedule_name = canonical_name(self._schedule_cls)
-        single = issubclass(self._schedule_cls, PipelineScheduleSingle)
-        v = 1 if single else stages_per_rank
-        if not single and v < 1:
-            raise ValueError(f"dynmo.pipelining: stages_per_rank must be >= 1, got {v}")
-        if self.schedule_name in V_STYLE and v != 2:
-            raise ValueError(f"dynmo.pipelining: {self.schedule_name} needs exactly 2 stages "
-                             f"per rank, got {v}")
-        if self.schedule_name in V_STYLE and dist.get_backend() == "gloo":
-            # torch 2.11 opens each stage's links with a send to its neighbour's
-            # rank; under "v" placement two neighbours share a rank and Gloo
-            # cannot send to itself ("Pair is not connected").
-            raise ValueError(f"dynmo.pipelining: {self.schedule_name} cannot run over Gloo in "
-                             f"torch 2.11 (its stages send to their own rank); use NCCL or "
-                             f"InterleavedZeroBubble")
-        if data_parallel not in ("ddp", "fsdp2"):
-            raise ValueError(f"dynmo.pipelining: data_parallel must be 'ddp' or 'fsdp2', "
-                             f"got {data_parallel!r}")
+        a = check_arguments({k: v for k, v in locals().items() if k != "self"})
+        self._schedule_cls, self.schedule_name = a.schedule_cls, a.schedule_name
         self.data_parallel = data_parallel
-        fsdp2 = data_parallel == "fsdp2"
-        if self.schedule_name in SPLIT_BACKWARD and fsdp2:
-            raise ValueError(f"dynmo.pipelining: {self.schedule_name} with data_parallel "
-                             f"'fsdp2' is not supported yet (its W actions' gradient "
-                             f"reduction under FSDP2 is untested); use GPipe, 1F1B, "
-                             f"Interleaved1F1B or LoopedBFS")
-        if self.schedule_name in SPLIT_BACKWARD and dp > 1:
-            # Measured here: under DDP the W actions' weight gradients are
-            # not averaged (DDP's reducer never sees them), so the replicas
-            # of every stage but the first drift apart.
-            raise ValueError(f"dynmo.pipelining: {self.schedule_name} with dp {dp}: DDP does "
-                             f"not average the gradients its W actions compute in torch 2.11 "
-                             f"(the replicas would drift apart); use GPipe, 1F1B, "
-                             f"Interleaved1F1B or LoopedBFS with dp > 1")
-        if speed_probe_every < 0:
-            raise ValueError(f"dynmo.pipelining: speed_probe_every must be >= 0 (0: never), "
-                             f"got {speed_probe_every}")
-        if speed_probe_every > 0 and speed_probe_steady_every < speed_probe_every:
-            raise ValueError(f"dynmo.pipelining: speed_probe_steady_every must be >= "
-                             f"speed_probe_every ({speed_probe_every}), got "
-                             f"{speed_probe_steady_every}")
-        if not migration_timeout_s > 0:
-            raise ValueError(f"dynmo.pipelining: migration_timeout_s must be > 0, "
-                             f"got {migration_timeout_s}")
         self.migration_timeout_s = float(migration_timeout_s)
         self.speed_probe_every = speed_probe_every
         self._pending_probe = None  # a probe the device has not finished
         self._probe_cadence = _core.ProbeCadence(every=speed_probe_every,
                                                  steady_every=speed_probe_steady_every)
         self._probed_layers: Optional[frozenset] = None  # the held layers last time
-        if planned_iterations < 0:
-            raise ValueError(f"dynmo.pipelining: planned_iterations must be >= 0 (0: unknown), "
-                             f"got {planned_iterations}")
-        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        self.device = a.device
         self.n_microbatches = n_microbatches
         self._step_s = 0.0  # this iteration's schedule.step wall seconds
         # The last iteration's seconds outside the layers (end_iteration).
         self.last_exchange_s = 0.0
         self.loss_fn = loss_fn
-        self.layout = ModelLayout(model, blocks, first, last)
-        self.topology = Topology(pp, dp, v, "v" if self.schedule_name in V_STYLE else "loop",
-                                 replica_groups=fsdp2)
-        stages = self.topology.num_stages
-        if stages > self.layout.num_layers:
-            raise ValueError(f"dynmo.pipelining: {stages} stages for {self.layout.num_layers} "
-                             f"layers: a stage needs at least one")
-        self.boundaries = self.layout.check_boundaries(
-            boundaries if boundaries is not None else
-            [self.layout.num_layers * s // stages for s in range(stages + 1)], stages)
-        self.stage_ids = list(range(stages))  # the active (original) stage ids
+        self.layout = a.layout
+        self.boundaries = a.boundaries
+        self.stage_ids = list(range(a.stages))  # the active (original) stage ids
         self.epoch = 0
         self.released = False
         self.last_moved_bytes = 0
+        self._timing = timing
+        self._link: Optional[JobLink] = None
+        self.parts: Optional[ModelParts] = None
+        # From here on this rank's error ends every rank (failure.py): the
+        # others may already wait in a collective of the steps below.
+        self.failure = JobFailure()
+        try:
+            self._construct(model, a)
+        except BaseException as e:
+            if self.parts is not None:
+                self.parts.restore()
+            self.close(error=e, abort=False)
+            raise
+
+    def _construct(self, model: nn.Module, a: Arguments) -> None:
+        """The constructor's steps after its checks (see the module doc)."""
+        g = a.given
+        fsdp2 = self.data_parallel == "fsdp2"
+        self.topology = Topology(g["pp"], g["dp"], a.v,
+                                 "v" if self.schedule_name in V_STYLE else "loop",
+                                 replica_groups=fsdp2)
+        # The coordinator first: a refused job or an unreachable coordinator
+        # fails before the user's model is touched.
+        if g["coordinator"]:
+            self._link = JobLink.connect(
+                g["coordinator"], job=g["job"], stages=self.local_stage_ids,
+                num_stages=a.stages, dp=g["dp"], dp_rank=self.topology.dp_rank,
+                num_layers=self.layout.num_layers, boundaries=self.boundaries,
+                microbatches=self.n_microbatches, schedule=agent_schedule(self.schedule_name),
+                device_index=self.device.index or 0, group=self.topology.control_group,
+                policy=g["policy"] or {}, flags=g["coordinator_flags"],
+                token_file=g["token_file"], tls_ca=g["tls_ca"],
+                planned_iterations=g["planned_iterations"],
+                connect_timeout_s=g["connect_timeout_s"])
+            self.failure.on_peer_failure.append(self._link.stop_coordinator)
         held = [i for s in self.topology.local_stages() for i in self._range(s)]
-        # A parameter two layers share (tied embeddings) stays one parameter
-        # wherever the layers go (tied.py): each rank keeps its copy, the
-        # copies' gradients are summed before every optimizer step.
-        layer_modules = {i: [model.get_submodule(f) for f in self.layout.fqns(i)]
-                         for i in range(self.layout.num_layers)}
-        ties = find_ties(layer_modules)
-        if ties and fsdp2:
-            # A tie's copies would be DTensors of two FSDP units; summing
-            # their gradients (tied.py) is written for plain tensors.
-            raise ValueError("dynmo.pipelining: tied parameters (tied embeddings) with "
-                             "data_parallel 'fsdp2' are not supported yet; untie them or "
-                             "use 'ddp'")
         self.parts = ModelParts(model, self.layout, held, self.device)
         self._mesh = replica_mesh(self.topology.dp_group, self.device) if fsdp2 else None
         if self._mesh is not None:
             for modules in self.parts.held.values():
                 shard_layer(modules, self._mesh)
-        self.optimizer = optimizer(_distinct(self.parts.parameters()))
-        self.lr_scheduler = lr_scheduler(self.optimizer) if lr_scheduler else None
-        self._tied = TiedGradients(ties) if ties else None
+        self.optimizer = g["optimizer"](_distinct(self.parts.parameters()))
+        self.lr_scheduler = g["lr_scheduler"](self.optimizer) if g["lr_scheduler"] else None
+        # A parameter two layers share (tied embeddings) stays one parameter
+        # wherever the layers go (tied.py): each rank keeps its copy, the
+        # copies' gradients are summed before every optimizer step.
+        self._tied = TiedGradients(a.ties) if a.ties else None
         if self._tied is not None:
             self._regroup_ties()
             self.optimizer.register_step_pre_hook(
                 lambda opt, args, kwargs: self._tied.sum(self.parts.held))
-        if coordinator and not timing:
-            raise ValueError("dynmo.pipelining: timing=False leaves the coordinator nothing to "
-                             "decide from")
-        self._timing = timing
-        self.meter = CostMeter(self.device, n_microbatches, measure_activations)
+        self.meter = CostMeter(self.device, self.n_microbatches, g["measure_activations"])
         self._build()
         self._warm_job_group()
-        self._link: Optional[JobLink] = None
-        if coordinator:
-            self._link = JobLink.connect(
-                coordinator, job=job, stages=self.local_stage_ids, num_stages=stages,
-                dp=dp, dp_rank=self.topology.dp_rank, num_layers=self.layout.num_layers,
-                boundaries=self.boundaries, microbatches=n_microbatches,
-                schedule=agent_schedule(self.schedule_name),
-                device_index=self.device.index or 0, group=self.topology.control_group,
-                policy=policy or {}, flags=coordinator_flags, token_file=token_file,
-                tls_ca=tls_ca, planned_iterations=planned_iterations)
         self.parts.take_apart(model)  # built: the user's model lets go of its layers
 
     # ---- what the user's loop reads ----------------------------------------
@@ -290,83 +254,16 @@ class DynamicPipeline:
         """Applies the committed plan due at ``iteration`` when every rank
         holds it; returns the plan applied (else None). Collective."""
         self.last_moved_bytes = 0
-        plan = self._apply_due_plan(iteration)
+        plan = apply_due_plan(self, iteration)
         self.meter.begin(iteration)
         self._step_s = 0.0
         return plan
 
-    def _apply_due_plan(self, iteration: int) -> Optional[Plan]:
-        if self._link is None or self.released:
-            return None
-        plan = self._link.plan_due(iteration)
-        if not agree_on_plan(plan, group=self.topology.control_group,
-                             device=torch.device("cpu")):
-            if plan is not None:
-                self._link.acknowledge(plan, False, "not every rank holds this epoch")
-            return None
-        why = self.check_plan(plan)
-        if why:
-            _log.warning("dynmo.pipelining: plan epoch %d not applied: %s", plan.epoch, why)
-            self._link.acknowledge(plan, False, why)
-            return None
-        try:
-            self.apply_plan(plan)
-        except MigrationError as e:
-            self._link.acknowledge(plan, False, str(e))
-            if not e.recoverable:
-                raise
-            _log.warning("%s", e)
-            return None
-        self._link.acknowledge(plan, True, "")
-        return plan
-
     def end_iteration(self, iteration: int) -> None:
         """Reports per-layer costs (after optimizer.step): this iteration's
-        on the CPU, the newest the device has finished on a GPU."""
-        # The schedule's time outside this rank's layers: its sends, receives
-        # and the waits for them (and the schedule's own work), all
-        # micro-batches. On CPU the layers' clock is the same wall clock; on
-        # a GPU the layers' events and the host's clock do not subtract
-        # (kernels run behind the host), so nothing is measured there.
-        fresh = self.meter.end()
-        layers_s = sum(self.meter.layer_seconds.values())
-        self.last_exchange_s = (max(0.0, self._step_s - layers_s)
-                                if self.device.type == "cpu" and self._step_s > 0 else 0.0)
-        if self._link is None or self.released:
-            return
-        # Every few iterations the speed probe, timed like the layers: the
-        # coordinator tells a slow rank from heavy layers by it. Often while
-        # the rank is watched (its start, a move in its layers' time), seldom
-        # otherwise (ProbeCadence). On a GPU it is read once the device has
-        # run it, with a later iteration's report.
-        held = frozenset(self.parts.held)
-        changed = self._probed_layers is not None and held != self._probed_layers
-        self._probed_layers = held
-        if self._pending_probe is None and \
-                self._probe_cadence.should_probe(iteration, layers_s, changed):
-            self._pending_probe = launch_probe(self.device)
-        if not fresh:
-            return  # the device has not finished a newer iteration yet
-        probe_s = self._pending_probe.seconds() if self._pending_probe is not None else None
-        if probe_s is not None:
-            self._pending_probe = None
-        # On a GPU: the reserved peak since the last report plus this rank's
-        # share of the context and NCCL, and its share of the device (once
-        # per iteration, for every local stage; allocator counters, no wait);
-        # (0, 0) on a CPU.
-        gpu_used, gpu_capacity = device_memory(self.device)
-        measured = self.meter.measured_iteration
-        for stage in self._link.agents:
-            costs = self.meter.costs(self._range(stage), self.parts.held, self.optimizer)
-            used = gpu_used if self.device.type == "cuda" else self.meter.memory_used(costs)
-            self._link.report(stage, measured, costs, used, probe_s=probe_s or 0.0,
-                              memory_capacity_bytes=gpu_capacity,
-                              exchange_s=self.last_exchange_s,
-                              # The newest step's host time: on a GPU the
-                              # host keeps pace with the device within
-                              # MAX_LAG iterations, so it is the device's
-                              # step time in the steady state.
-                              iteration_s=self._step_s)
+        on the CPU, the newest the device has finished on a GPU
+        (``iteration_report.report_costs``)."""
+        report_costs(self, iteration)
 
     @property
     def layer_seconds(self) -> Dict[int, float]:
@@ -401,43 +298,27 @@ class DynamicPipeline:
         weight gradient, as dynmo-train logs it) and ``layer_weight_grad_s``
         (zero-bubble ``W`` actions) — what ``dynmo.perfetto`` and
         ``dynmo.whatif`` read."""
-        stages = len(self.stage_ids)
-        n = self.layout.num_layers
-        head = 4 + stages
-        row = torch.zeros(head + 3 * n, dtype=torch.float64)
-        if loss is not None:
-            row[0], row[1] = loss, 1.0
-        row[2], row[3] = elapsed_s, float(self.last_moved_bytes)
-        for stage in self.local_stage_ids:
-            row[4 + self._position(stage)] = sum(self.layer_seconds.get(i, 0.0)
-                                                 for i in self._range(stage))
-        w = self.weight_gradient_seconds
-        for layer, seconds in self.layer_seconds.items():
-            if 0 <= layer < n:
-                fwd = self.meter.forward_seconds.get(layer, 0.0)
-                row[head + layer] = fwd
-                row[head + n + layer] = seconds - fwd
-                row[head + 2 * n + layer] = w.get(layer, 0.0)
-        group = self.topology.control_group  # CPU: no wait on a GPU
-        rows = [torch.zeros_like(row) for _ in range(dist.get_world_size(group))]
-        dist.all_gather(rows, row, group=group)
-        table = torch.stack(rows)
-        held = table[:, 1] > 0
-        slowest = table.max(dim=0).values
-        return {"loss": float(table[held, 0].mean()) if bool(held.any()) else float("nan"),
-                "iteration_s": float(table[:, 2].max()),
-                "moved_bytes": int(table[:, 3].sum()),
-                "stage_times": [float(x) for x in slowest[4:head]],
-                "layer_forward_s": [float(x) for x in slowest[head:head + n]],
-                "layer_backward_s": [float(x) for x in slowest[head + n:head + 2 * n]],
-                "layer_weight_grad_s": [float(x) for x in slowest[head + 2 * n:]]}
+        return gather_summary(self, loss, elapsed_s)
 
-    def close(self, barrier: bool = True) -> None:
+    def close(self, barrier: bool = True, error: Optional[BaseException] = None,
+              abort: bool = True) -> str:
         """Flushes and stops the agents, then the embedded coordinator.
         Collective with ``barrier``: a barrier over the job's CPU control
         group, bounded by ``migration_timeout_s`` (a rank that never arrives
         is named in the error instead of a hang). After an error on this
-        rank pass ``barrier=False``: the others may never arrive."""
+        rank pass it as ``error``: every other rank is told and ends within
+        seconds (failure.py), this rank's process groups are aborted (unless
+        ``abort`` is False), nothing waits on a peer, and the one line to
+        print is returned — the first failure's, "rank R failed: ..."."""
+        if error is not None:
+            line = self.failure.announce(error)
+            if self._link is not None:
+                self._link.close(flush_s=0.5)
+                self._link.stop_coordinator()
+            if abort:
+                abort_process_groups()
+            return line
+        self.failure.stop()
         if self._link is not None:
             self._link.close()
         if barrier and dist.get_world_size() > 1 and not self.released:
@@ -445,6 +326,7 @@ class DynamicPipeline:
                                    timeout=datetime.timedelta(seconds=self.migration_timeout_s))
         if self._link is not None:
             self._link.stop_coordinator()
+        return ""
 
     # ---- plans -------------------------------------------------------------
 
@@ -458,51 +340,7 @@ class DynamicPipeline:
     def apply_plan(self, plan: Plan) -> int:
         """Executes ``plan`` (checked first: ValueError, nothing changed, when it
         cannot apply); returns the bytes this rank sent and received."""
-        why = self.check_plan(plan)
-        if why:
-            raise ValueError(f"dynmo.pipelining: plan epoch {plan.epoch}: {why}")
-        topo = self.topology
-        mine = set(self.local_stage_ids)
-        transfers = []
-        for move in plan.migrations:
-            # Stage ids are original ids; the topology places positions
-            # among the stages active before this plan.
-            src = topo.rank_of_stage(self._position(move.from_stage))
-            dst = topo.rank_of_stage(self._position(move.to_stage))
-            if move.from_stage in mine and move.to_stage in mine:
-                continue  # both stages run here: the module stays where it is
-            if move.from_stage in mine:
-                transfers.append(Transfer(move.layer, src, dst, self.parts.held[move.layer],
-                                          move.round))
-            elif move.to_stage in mine:
-                transfers.append(Transfer(move.layer, src, dst, self._empty_layer(move.layer),
-                                          move.round))
-        done = migrate(transfers, self.optimizer, rank=topo.rank, device=self._wire,
-                       group=topo.job_group, epoch=plan.epoch,
-                       timeout_s=self.migration_timeout_s, lr_scheduler=self.lr_scheduler)
-        for t in transfers:
-            if t.src == topo.rank:
-                self.parts.held.pop(t.layer)
-        self.parts.held.update(done.received)
-        moved = done.bytes
-        released = set(plan.released_stages)
-        # The pipeline ranks that stay, placed by today's stage positions.
-        keep = sorted({topo.pp_rank_of_stage(self._position(s)) for s in plan.active_stages})
-        self.stage_ids = list(plan.active_stages)
-        self.boundaries = list(plan.boundaries)
-        self.epoch = plan.epoch
-        self.last_moved_bytes = moved
-        if released:
-            topo.shrink(keep)
-        self._regroup_ties()  # collective: released ranks take part too
-        if released:
-            was_here = bool(mine & released)
-            if was_here:
-                self._release()
-                return moved
-            self._warm_job_group()
-        self._build()
-        return moved
+        return execute_plan(self, plan)
 
     # ---- internals ---------------------------------------------------------
 
@@ -627,22 +465,6 @@ class DynamicPipeline:
 
     def _requires_grad_signature(self):
         return tuple(p.requires_grad for p in self.parts.parameters())
-
-    def _release(self) -> None:
-        """A re-pack released this rank: drop its layers, state and agents."""
-        self.released = True
-        self.meter.detach()
-        self.parts.held.clear()
-        self.optimizer.state.clear()
-        for g in self.optimizer.param_groups:
-            g["params"] = []
-        self.pipeline_stages = []
-        self.stage_modules = []
-        self._schedule = None
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
-        _log.info("dynmo.pipelining: rank %d released at epoch %d", self.topology.rank,
-                  self.epoch)
 
 
 def _distinct(params: List[nn.Parameter]) -> List[nn.Parameter]:
