@@ -11,13 +11,20 @@
 #     and whether it still answers dynmo-ctl meanwhile;
 #  3. bad flags and arguments: each binary with flags it must refuse; every
 #     one must exit 2 with one line on stderr (a crash or a stack of lines
-#     is counted).
+#     is counted);
+#  4. readers that never read: WATCHERS WatchReleased streams that grant no
+#     window while a scheduler claims and returns a 2,000-GPU pool for 5 s
+#     (dynmo-bench-stream-attack): the daemon's peak and after resident
+#     memory, and how the streams ended (RESOURCE_EXHAUSTED: their backlog
+#     was full);
+#  5. Sessions that never say hello: 10,000, 20,000 and 40,000 at once, held
+#     5 s each: peak and after resident memory, how they ended.
 # The kill -9 part of the attack is trainer.CoordinatorKill9Test (ctest),
 # the watchers' bound tests/service/released_watchers_test.cc and the
 # per-job bounds tests/service/job_limits_test.cc; docs/operations.md
 # ("Attacked from outside") has the figures of all of them.
 #
-#   bash bench/coordinator_attack.sh BIN_DIR [REQUESTS=11200] [IDLE=2000] [STALLED=1000] [HOLD=20]
+#   bash bench/coordinator_attack.sh BIN_DIR [REQUESTS=11200] [IDLE=2000] [STALLED=1000] [HOLD=20] [WATCHERS=64]
 set -uo pipefail
 if (($# < 1)); then
   sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'
@@ -28,9 +35,36 @@ requests=${2:-11200}
 idle=${3:-2000}
 stalled=${4:-1000}
 hold=${5:-20}
+watchers=${6:-64}
 work=$(mktemp -d /tmp/dynmo-attack-XXXXXX)
 trap 'kill "$daemon" 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
 daemon=
+
+# A daemon on a state dir, its resident MB now, and its peak while a command
+# runs (sampled every 0.1 s).
+start_daemon() {
+  port=$((20000 + RANDOM % 20000))
+  "$bin/dynmo-coordinator" --listen="127.0.0.1:$port" --state_dir="$1" \
+    >"$work/daemon.log" 2>&1 &
+  daemon=$!
+  for _ in $(seq 100); do
+    "$bin/dynmo-ctl" --coordinator="127.0.0.1:$port" --timeout_s=1 jobs >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+}
+rss() { awk '/^VmRSS/ {printf "%.1f", $2 / 1024}' "/proc/$daemon/status"; }
+with_peak() {
+  local peak=0 now
+  "$@" >"$work/attack.json" 2>"$work/attack.err" &
+  local pid=$!
+  while kill -0 "$pid" 2>/dev/null; do
+    now=$(rss)
+    peak=$(echo "if ($now > $peak) $now else $peak" | bc)
+    sleep 0.1
+  done
+  wait "$pid"
+  echo "$peak"
+}
 
 echo "== 1. hostile requests: dynmo-fuzz-grpc --requests=$requests --clients=4"
 "$bin/dynmo-fuzz-grpc" --requests="$requests" --clients=4 >"$work/fuzz.json" 2>"$work/fuzz.err"
@@ -51,14 +85,7 @@ EOF
 
 echo
 echo "== 2. connections: $idle idle + $stalled stalled (HTTP/2 preface only), held ${hold}s"
-port=$((20000 + RANDOM % 20000))
-"$bin/dynmo-coordinator" --listen="127.0.0.1:$port" --state_dir="$work/state" \
-  >"$work/daemon.log" 2>&1 &
-daemon=$!
-for _ in $(seq 100); do
-  "$bin/dynmo-ctl" --coordinator="127.0.0.1:$port" --timeout_s=1 jobs >/dev/null 2>&1 && break
-  sleep 0.1
-done
+start_daemon "$work/state"
 # threads, RSS (MB), CPU seconds (user+sys) of the daemon
 probe() {
   awk '/^Threads/ {t=$2} /^VmRSS/ {r=$2} END {printf "%d %.1f", t, r / 1024}' \
@@ -161,3 +188,32 @@ for b in "${bad[@]}"; do
   fi
 done
 echo "$pass of ${#bad[@]} exit 2 with one line"
+
+echo
+echo "== 4. $watchers WatchReleased streams that never read, a 2,000-GPU pool claimed and returned for 5 s"
+mkdir -p "$work/pool"
+"$bin/dynmo-bench-stream-attack" --mode=pool --state_dir="$work/pool" --gpus=2000 >/dev/null
+start_daemon "$work/pool"
+r0=$(rss)
+peak=$(with_peak "$bin/dynmo-bench-stream-attack" --mode=watchers \
+  --coordinator="127.0.0.1:$port" --count="$watchers" --seconds=5)
+sleep 12  # the daemon trims freed memory every 10 s
+echo "before $r0 MB; peak $peak MB; 12 s after the clients left $(rss) MB"
+echo "streams: $(cat "$work/attack.json") $(head -c 300 "$work/attack.err")"
+kill "$daemon" 2>/dev/null
+wait "$daemon" 2>/dev/null
+daemon=
+
+echo
+echo "== 5. Sessions that never say hello (--hello_timeout_s=10), held 5 s"
+start_daemon "$work/hello"
+for n in 10000 20000 40000; do
+  r0=$(rss)
+  peak=$(with_peak "$bin/dynmo-bench-stream-attack" --mode=helloless \
+    --coordinator="127.0.0.1:$port" --count="$n" --seconds=5)
+  sleep 12
+  echo "$n sessions: before $r0 MB; peak $peak MB; 12 s after $(rss) MB; $(cat "$work/attack.json") $(head -c 300 "$work/attack.err")"
+done
+kill "$daemon" 2>/dev/null
+wait "$daemon" 2>/dev/null
+daemon=

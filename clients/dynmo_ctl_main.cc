@@ -9,7 +9,7 @@
 //   dynmo-ctl --coordinator ADDR claim ID... --holder WHO [--lease_seconds N]
 //   dynmo-ctl --coordinator ADDR return ID... --holder WHO
 //   dynmo-ctl --coordinator ADDR rebalance NAME
-//   dynmo-ctl --coordinator ADDR delete NAME [--force]
+//   dynmo-ctl --coordinator ADDR delete NAME [--force] [--release_name]
 //   dynmo-ctl --coordinator ADDR policy NAME [--balancer B] [--trigger T]
 //             [--repack] [--repack_tolerance X] [--elastic release|reshape]
 //
@@ -61,6 +61,8 @@ ABSL_FLAG(std::string, elastic, "",
 ABSL_FLAG(double, timeout_s, 10, "RPC deadline");
 ABSL_FLAG(bool, force, false,
           "delete: also a job with connected ranks (their sessions end)");
+ABSL_FLAG(bool, release_name, false,
+          "delete: also give up the job's name (else it stays its owner's)");
 
 namespace {
 
@@ -266,7 +268,7 @@ int main(int argc, char** argv) {
       "dynmo-ctl --coordinator ADDR [--json] "
       "{jobs | job NAME | plans NAME | released [--all] | placements [NAME] | "
       "claim ID... --holder WHO [--lease_seconds N] | "
-      "return ID... --holder WHO | rebalance NAME | delete NAME [--force] | "
+      "return ID... --holder WHO | rebalance NAME | delete NAME [--force] [--release_name] | "
       "policy NAME [--balancer B] [--trigger T] [--repack] "
       "[--repack_tolerance X] [--elastic release|reshape]}");
   if (dynmo::cli::HandleHelpOrVersion(argc, argv, "dynmo-ctl",
@@ -406,6 +408,7 @@ int main(int argc, char** argv) {
     v1::DeleteJobRequest req;
     req.set_job(args[0]);
     req.set_force(absl::GetFlag(FLAGS_force));
+    req.set_release_name(absl::GetFlag(FLAGS_release_name));
     v1::DeleteJobResponse r;
     grpc::Status s = ops->DeleteJob(&ctx, req, &r);
     if (!s.ok()) return Fail("delete", s);

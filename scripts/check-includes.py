@@ -24,6 +24,7 @@ import sys
 # "dynmo/v1" is the generated protobuf/gRPC code of proto/.
 ALLOWED = {
     "cli": {"cli"},
+    "storage": {"storage"},
     "coordinator/core": {"coordinator/core"},
     "coordinator/formats": {"coordinator/core", "coordinator/formats"},
     # dynmo-sim replays through the coordinator's own job machine.
@@ -34,7 +35,7 @@ ALLOWED = {
     # The one codec between the core's structs and the dynmo.v1 messages.
     "wire": {"wire", "coordinator/core", "dynmo/v1"},
     "coordinator/service": {"coordinator/core", "coordinator/formats", "coordinator/job",
-                            "coordinator/service", "dynmo/v1", "cli", "rpc", "wire"},
+                            "coordinator/service", "dynmo/v1", "cli", "rpc", "wire", "storage"},
     # The agent reads the --coordinator_* flags' struct (client_credentials.h).
     "agent": {"agent", "coordinator/core", "dynmo/v1", "cli", "rpc", "wire"},
     # The node relay: a server for the agents, a client of the coordinator.
@@ -62,7 +63,7 @@ ALLOWED = {
 TRAINER_FLOORS = ["data", "layout", "config", "comm", "model", "state", "dynamism",
                   "stage", "elastic", "run"]
 TRAINER_USES = {"agent", "coordinator/core", "coordinator/formats", "kernels", "dynmo/v1",
-                "cli", "wire"}
+                "cli", "wire", "storage"}
 for _i, _floor in enumerate(TRAINER_FLOORS):
     ALLOWED["trainer/" + _floor] = TRAINER_USES | {"trainer/" + f
                                                    for f in TRAINER_FLOORS[:_i + 1]}
@@ -71,7 +72,7 @@ for _i, _floor in enumerate(TRAINER_FLOORS):
 TRAINER_PLAIN = {"trainer/data", "trainer/layout", "trainer/config"}
 # Folders whose own code may include any of ours (they test or measure it).
 ANYTHING = {"tests", "bench", "examples"}
-OURS = ["cli", "rpc", "coordinator/core", "coordinator/formats", "coordinator/tools",
+OURS = ["cli", "storage", "rpc", "coordinator/core", "coordinator/formats", "coordinator/tools",
         "coordinator/job", "coordinator/service", "agent", "relay", "clients", "launcher", "kernels",
         "trainer", "python", "dynmo/v1", "wire", "tests", "bench"] + [
             "trainer/" + f for f in TRAINER_FLOORS]
@@ -84,6 +85,7 @@ NO_IO = {
     "coordinator/core": ("grpc", "grpcpp/", "google/protobuf/", "nlohmann/", "prometheus/"),
     "coordinator/formats": ("grpc", "grpcpp/", "google/protobuf/", "prometheus/"),
     "kernels": ("grpc", "grpcpp/", "google/protobuf/", "nlohmann/"),
+    "storage": ("grpc", "grpcpp/", "google/protobuf/", "nlohmann/", "prometheus/", "spdlog/"),
     # The job machine speaks protobuf messages and nothing else of the wire.
     "coordinator/job": ("grpc", "grpcpp/", "nlohmann/", "prometheus/", "spdlog/"),
     "wire": ("grpc", "grpcpp/", "nlohmann/", "prometheus/", "spdlog/"),

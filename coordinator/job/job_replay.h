@@ -108,6 +108,13 @@ struct ReplayedPlan {
   int pp = 0;  // the grid after it
   int dp = 0;
   int64_t migration_bytes = 0;
+  // What the plan predicted to gain and, from the replayed step times after
+  // it applied, what it delivered (plan_gains.h, as live); realized_samples
+  // 0: not measured (aborted, or too few iterations after it).
+  double predicted_gain = 0;
+  double realized_gain = 0;
+  double realized_spread = 0;
+  int realized_samples = 0;
 };
 
 struct JobReplayResult {
@@ -158,6 +165,9 @@ class ReplayTarget {
   virtual absl::Status Upstream(absl::Span<const UpstreamMessage> messages,
                                 absl::Time now) = 0;
   virtual void Tick(absl::Time now) = 0;
+  // The job's plan records now (their predicted and realized gains); a
+  // target that keeps none answers none.
+  virtual std::vector<dynmo::v1::PlanRecord> History() const { return {}; }
 };
 
 // A JobMachine as a ReplayTarget, with a journal that keeps nothing; the

@@ -284,6 +284,14 @@ absl::StatusOr<JobReplayResult> Replay::Run() {
   result_.mean_imbalance_dynamic /= n_records;
   result_.mean_bubble_static /= n_records;
   result_.mean_bubble_dynamic /= n_records;
+  for (const dynmo::v1::PlanRecord& h : target_->History()) {
+    ReplayedPlan* p = PlanOf(h.plan().epoch());
+    if (p == nullptr) continue;
+    p->predicted_gain = h.predicted_gain();
+    p->realized_gain = h.realized_gain();
+    p->realized_spread = h.realized_spread();
+    p->realized_samples = h.realized_samples();
+  }
   result_.final_boundaries = grid_.boundaries;
   result_.final_active_stages = grid_.active_stages;
   result_.final_pp = static_cast<int>(grid_.active_stages.size());

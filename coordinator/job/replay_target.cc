@@ -52,6 +52,10 @@ class Machine : public ReplayTarget {
     machine_.Tick(now, &fx);
     Deliver(fx);
   }
+  std::vector<dynmo::v1::PlanRecord> History() const override {
+    const auto& h = machine_.plans().history();
+    return {h.begin(), h.end()};
+  }
 
  private:
   static void Deliver(const JobEffects& fx) {

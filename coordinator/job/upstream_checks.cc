@@ -90,10 +90,36 @@ absl::Status CheckIteration(const JobParts& job, int64_t iteration,
       job.roster.shape().job, "'s newest iteration ", newest, " (--iteration_window)"));
 }
 
+namespace {
+
+// A rank may run only an epoch the job issued. One newer than every epoch
+// issued is taken only by a job that never planned and has no other rank
+// registered: a coordinator whose state dir was lost hearing its first
+// rank back. Anything else is a forged or foreign claim: adopting it would
+// rewrite the job's epoch and layout from one registration.
+absl::Status CheckAdoptable(const JobParts& job, const dynmo::v1::RegisterRequest& r) {
+  const uint64_t issued = job.plans.epoch();
+  if (r.applied_epoch() <= issued) return absl::OkStatus();
+  bool others = false;
+  for (int k = 0; k < job.roster.size() && !others; ++k) {
+    others = k != r.rank() && job.roster.at(k).registered;
+  }
+  if (issued == 0 && !others) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "rank ", r.rank(), " registered with epoch ", r.applied_epoch(), ", which job ",
+      job.roster.shape().job, " never issued (its newest is ", issued,
+      "): a rank may adopt only an epoch its job committed; restart the rank from this "
+      "job's checkpoint, or delete the job to start it anew"));
+}
+
+}  // namespace
+
 absl::Status CheckRegisterEpochs(const JobParts& job, const dynmo::v1::RegisterRequest& r,
                                  uint64_t epoch_window) {
   const uint64_t limit = job.plans.epoch() + epoch_window;
-  if (r.applied_epoch() <= limit && r.pending_epoch() <= limit) return absl::OkStatus();
+  if (r.applied_epoch() <= limit && r.pending_epoch() <= limit) {
+    return CheckAdoptable(job, r);
+  }
   return absl::InvalidArgumentError(absl::StrCat(
       "rank ", r.rank(), " registered with epoch ",
       std::max(r.applied_epoch(), r.pending_epoch()), ", more than ", epoch_window,

@@ -29,7 +29,9 @@ absl::Status CheckUpstream(const JobParts& job, const UpstreamMessage& m,
 absl::Status CheckIteration(const JobParts& job, int64_t iteration,
                             int64_t iteration_window);
 // INVALID_ARGUMENT for registered epochs more than `epoch_window` beyond
-// the job's.
+// the job's; FAILED_PRECONDITION for an applied epoch the job never issued
+// (taken only as the first rank of a job that never planned: a lost state
+// dir).
 absl::Status CheckRegisterEpochs(const JobParts& job, const dynmo::v1::RegisterRequest& r,
                                  uint64_t epoch_window);
 

@@ -44,13 +44,24 @@ class Outbox final : public SessionSink {
 
 class SessionReactor final : public RawReactor {
  public:
-  SessionReactor(Coordinator* coordinator, std::string principal)
+  SessionReactor(Coordinator* coordinator, std::string principal, PendingSessions* pending,
+                 const std::string& peer)
       : coordinator_(coordinator), principal_(std::move(principal)),
         outbox_(std::make_shared<Outbox>(this)) {
+    absl::StatusOr<std::shared_ptr<PendingSessions::Wait>> wait =
+        pending->Admit(peer, [outbox = outbox_] { outbox->Finish(NoHello()); });
+    if (!wait.ok()) {
+      coordinator_->metrics().RpcError("Session", "RESOURCE_EXHAUSTED");
+      outbox_->Finish(ToGrpcStatus(wait.status()));
+      return;
+    }
+    wait_ = *std::move(wait);
     StartRead(&raw_in_);
   }
 
   void OnReadDone(bool ok) override {
+    // Before the hello: the deadline may have ended the stream already.
+    if (job_ == nullptr && !wait_->Greeted()) return;
     if (!ok) {
       // The agent closed its side or the connection broke.
       outbox_->Finish(grpc::Status::OK);
@@ -75,6 +86,7 @@ class SessionReactor final : public RawReactor {
   void OnWriteDone(bool ok) override { outbox_->OnWriteDone(ok); }
 
   void OnDone() override {
+    if (wait_ != nullptr) wait_->Gone();
     if (job_ != nullptr) job_->Detach(rank_, outbox_.get());
     outbox_->Detach();
     delete this;
@@ -114,6 +126,7 @@ class SessionReactor final : public RawReactor {
   Coordinator* coordinator_;
   const std::string principal_;  // named caller, or empty
   std::shared_ptr<Outbox> outbox_;
+  std::shared_ptr<PendingSessions::Wait> wait_;  // until the hello
   std::shared_ptr<JobState> job_;
   int rank_ = -1;
   grpc::ByteBuffer raw_in_;
@@ -161,7 +174,8 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* AgentServiceImpl::S
     coordinator_->metrics().RpcError("Session", GrpcCodeName(s.error_code()));
     return new RefusedStream<grpc::ByteBuffer, grpc::ByteBuffer>(s);
   }
-  return new SessionReactor(coordinator_, caller.identified ? caller.name : "");
+  return new SessionReactor(coordinator_, caller.identified ? caller.name : "", &pending_,
+                            context->peer());
 }
 
 grpc::ServerUnaryReactor* AgentServiceImpl::RegisterHost(grpc::CallbackServerContext* context,
@@ -195,7 +209,8 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* AgentServiceImpl::H
     coordinator_->metrics().RpcError("HostSession", GrpcCodeName(s.error_code()));
     return new RefusedStream<grpc::ByteBuffer, grpc::ByteBuffer>(s);
   }
-  return NewHostSessionReactor(coordinator_, caller.identified ? caller.name : "");
+  return NewHostSessionReactor(coordinator_, caller.identified ? caller.name : "", &pending_,
+                               context->peer());
 }
 
 }  // namespace dynmo::service

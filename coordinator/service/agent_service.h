@@ -6,13 +6,16 @@
 // INVALID_ARGUMENT (or the job's FAILED_PRECONDITION / NOT_FOUND) and leaves
 // the job unchanged; the agent reconnects. RegisterHost / HostSession are the
 // multiplexed variants for a process serving several ranks of one job
-// (host_session.h). With an agent token configured (server.h) every RPC
-// must carry it.
+// (host_session.h). A Session or HostSession must say hello within the
+// limits' deadline, and streams still waiting for theirs are capped per
+// peer and in all (pending_sessions.h). With an agent token configured
+// (server.h) every RPC must carry it.
 #ifndef DYNMO_COORDINATOR_SERVICE_AGENT_SERVICE_H_
 #define DYNMO_COORDINATOR_SERVICE_AGENT_SERVICE_H_
 
 #include "coordinator/service/auth.h"
 #include "coordinator/service/coordinator.h"
+#include "coordinator/service/pending_sessions.h"
 #include "dynmo/v1/agent.grpc.pb.h"
 
 namespace dynmo::service {
@@ -30,8 +33,13 @@ class AgentServiceImpl final
  public:
   // `auth` (not owned) gates every RPC: a call without the agents' bearer
   // token ends UNAUTHENTICATED before it touches any job.
-  AgentServiceImpl(Coordinator* coordinator, const Authenticator* auth)
-      : coordinator_(coordinator), auth_(auth) {}
+  AgentServiceImpl(Coordinator* coordinator, const Authenticator* auth,
+                   PendingLimits pending = {})
+      : coordinator_(coordinator), auth_(auth),
+        pending_(pending, [m = &coordinator->metrics()] { m->SessionWithoutHello(); }) {}
+
+  // Streams waiting for their hello now.
+  int pending_sessions() const { return pending_.pending(); }
 
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* context,
                                      const grpc::ByteBuffer* request,
@@ -56,6 +64,7 @@ class AgentServiceImpl final
 
   Coordinator* coordinator_;
   const Authenticator* auth_;
+  PendingSessions pending_;
 };
 
 }  // namespace dynmo::service

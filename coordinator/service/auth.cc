@@ -26,6 +26,7 @@ const char* RoleName(Role r) {
     case Role::kAgent: return "agent";
     case Role::kOperator: return "operator";
     case Role::kScheduler: return "scheduler";
+    case Role::kAdmin: return "admin";
   }
   return "?";
 }
@@ -74,10 +75,19 @@ absl::StatusOr<Authenticator> Authenticator::ParsePrincipals(const std::string& 
     auto bad = [&](const std::string& why) {
       return absl::InvalidArgumentError(absl::StrCat(source, ":", line_no, ": ", why));
     };
-    if (f.size() != 3) return bad("want <token or x509:identity> <name> <roles>");
+    if (f.size() != 3 && f.size() != 4) {
+      return bad("want <token or x509:identity> <name> <roles> [tenant=<tenant>]");
+    }
     Principal p;
     p.name = std::string(f[1]);
     p.identified = true;
+    if (f.size() == 4) {
+      absl::string_view tenant = f[3];
+      if (!absl::ConsumePrefix(&tenant, "tenant=") || tenant.empty()) {
+        return bad(absl::StrCat("'", f[3], "' is not tenant=<tenant>"));
+      }
+      p.tenant = std::string(tenant);
+    }
     for (absl::string_view r : absl::StrSplit(f[2], ',')) {
       if (r == "agent") {
         p.roles |= static_cast<uint32_t>(Role::kAgent);
@@ -85,8 +95,10 @@ absl::StatusOr<Authenticator> Authenticator::ParsePrincipals(const std::string& 
         p.roles |= static_cast<uint32_t>(Role::kOperator);
       } else if (r == "scheduler") {
         p.roles |= static_cast<uint32_t>(Role::kScheduler);
+      } else if (r == "admin") {
+        p.roles |= static_cast<uint32_t>(Role::kAdmin) | static_cast<uint32_t>(Role::kOperator);
       } else {
-        return bad(absl::StrCat("unknown role '", r, "' (agent, operator, scheduler)"));
+        return bad(absl::StrCat("unknown role '", r, "' (agent, operator, scheduler, admin)"));
       }
     }
     absl::string_view credential = f[0];
@@ -184,6 +196,21 @@ grpc::Status Authenticator::CheckStatus(const grpc::ServerContextBase& context, 
   }
   if (principal != nullptr) *principal = *std::move(p);
   return grpc::Status::OK;
+}
+
+std::string Authenticator::TenantOf(const std::string& name) const {
+  for (const auto& [token, p] : tokens_) {
+    if (p.identified && p.name == name) return p.tenant_or_name();
+  }
+  for (const auto& [id, p] : x509_) {
+    if (p.name == name) return p.tenant_or_name();
+  }
+  return name;
+}
+
+bool Authenticator::MayAct(const Principal& caller, const std::string& owner) const {
+  if (!caller.identified || caller.Has(Role::kAdmin)) return true;
+  return !owner.empty() && TenantOf(owner) == caller.tenant_or_name();
 }
 
 }  // namespace dynmo::service

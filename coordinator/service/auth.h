@@ -4,7 +4,7 @@
 // (SchedulerService) — against a table of principals:
 //
 //   * a principals file (--principals_file), one principal per line,
-//       <credential> <name> <role>[,<role>...]     # comments and blanks ok
+//       <credential> <name> <role>[,<role>...] [tenant=<tenant>]   # comments ok
 //     where the credential is a bearer token, or "x509:<identity>" for a
 //     mutual-TLS client whose certificate's identity (its subject
 //     alternative name, else its common name) is <identity>. Names are
@@ -16,7 +16,10 @@
 //   * nothing: every call passes as the anonymous principal.
 //
 // A call without a known credential is UNAUTHENTICATED; a known principal
-// without the service's role is PERMISSION_DENIED. Tokens are compared in
+// without the service's role is PERMISSION_DENIED. Named principals belong
+// to a tenant (their own name unless the file says tenant=...): an
+// operator acts only on the jobs whose owner is of its tenant, unless it
+// holds the admin role (MayAct). Tokens are compared in
 // constant time over every entry. Immutable after construction: thread-safe.
 #ifndef DYNMO_COORDINATOR_SERVICE_AUTH_H_
 #define DYNMO_COORDINATOR_SERVICE_AUTH_H_
@@ -35,13 +38,16 @@
 namespace dynmo::service {
 
 
-enum class Role : uint32_t { kAgent = 1, kOperator = 2, kScheduler = 4 };
+// kAdmin: an operator over every tenant's jobs (releases any job's name).
+enum class Role : uint32_t { kAgent = 1, kOperator = 2, kScheduler = 4, kAdmin = 8 };
 
 struct Principal {
   std::string name;       // "anonymous" when auth is off
   uint32_t roles = 0;     // Role bits
   bool identified = false;  // from a principals file: the name is an identity
+  std::string tenant;     // empty: the principal's own name
   bool Has(Role r) const { return (roles & static_cast<uint32_t>(r)) != 0; }
+  const std::string& tenant_or_name() const { return tenant.empty() ? name : tenant; }
 };
 
 class Authenticator {
@@ -64,6 +70,15 @@ class Authenticator {
   // The same as a gRPC status (OK or the refusal), for the services.
   grpc::Status CheckStatus(const grpc::ServerContextBase& context, Role role,
                            Principal* principal = nullptr) const;
+
+  // The tenant of the named principal `name` (its own name when no
+  // principal of that name is listed).
+  std::string TenantOf(const std::string& name) const;
+  // Whether `caller` may act on a job owned by `owner` (a principal name;
+  // empty: a job no named principal created): always without identities
+  // (shared tokens, no auth) or with the admin role, else only when the
+  // owner is of the caller's tenant.
+  bool MayAct(const Principal& caller, const std::string& owner) const;
 
  private:
   void AddToken(std::string token, Principal p) {

@@ -2,6 +2,10 @@
 
 #include <string>
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include "coordinator/service/event_log.h"
 
 namespace dynmo::service {
@@ -34,7 +38,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
   absl::StatusOr<dynmo::v1::CoordinatorState> state = c->keeper_.Open();
   if (!state.ok()) return state.status();
   c->pool_.Restore(*state);
-  c->registry_.Restore(*state);
+  c->registry_.Restore(*state, c->keeper_.bad_records(), options.state_dir + "/jobs");
   // Re-save at once: a plan that was PREPARING at the crash is now aborted,
   // and that must be durable before any rank hears from us. A state dir
   // that takes no writes leaves the coordinator read-only instead: the
@@ -76,6 +80,7 @@ void Coordinator::NotifyWritable(bool writable) {
 void Coordinator::Loop() {
   absl::Time next_expiry = absl::Now();
   absl::Time next_probe = absl::Now();
+  absl::Time next_trim = absl::Now();
   while (!stop_.WaitForNotificationWithTimeout(options_.tick)) {
     const absl::Time now = absl::Now();
     if (now >= next_probe && keeper_.read_only()) {
@@ -90,6 +95,15 @@ void Coordinator::Loop() {
       }
       next_expiry = now + absl::Seconds(1);
     }
+#if defined(__GLIBC__)
+    // Memory that clients held (streams that never read, sessions that never
+    // said hello) goes back to the system once they are gone: glibc keeps
+    // freed pages in its arenas otherwise (docs/operations.md has figures).
+    if (now >= next_trim) {
+      malloc_trim(0);
+      next_trim = now + absl::Seconds(10);
+    }
+#endif
   }
 }
 

@@ -114,6 +114,20 @@ ABSL_FLAG(int, max_message_bytes, 4 << 20, "largest accepted gRPC message");
 ABSL_FLAG(int, max_watchers, 64,
           "WatchReleased streams served at once (no thread each); more are "
           "refused with RESOURCE_EXHAUSTED (1..100000)");
+ABSL_FLAG(int64_t, watcher_backlog_events, 16384,
+          "events that may wait for one WatchReleased reader; one that falls "
+          "further behind is ended with RESOURCE_EXHAUSTED");
+ABSL_FLAG(int64_t, watcher_backlog_bytes, 1 << 20,
+          "bytes that may wait for one WatchReleased reader (must hold the "
+          "pool's snapshot: about 100 bytes per released GPU)");
+ABSL_FLAG(double, hello_timeout_s, 10,
+          "a Session or HostSession that sends no hello within this is ended "
+          "with DEADLINE_EXCEEDED");
+ABSL_FLAG(int, max_pending_sessions, 4096,
+          "Session and HostSession streams waiting for their hello, in all; "
+          "more are refused with RESOURCE_EXHAUSTED");
+ABSL_FLAG(int, max_pending_sessions_per_peer, 1024,
+          "... and from one peer host");
 ABSL_FLAG(int64_t, iteration_window, 1000000,
           "refuse a report or ack whose iteration is more than this beyond "
           "the job's newest (INVALID_ARGUMENT)");
@@ -167,6 +181,16 @@ std::string BadNumbers() {
   }
   const int watchers = absl::GetFlag(FLAGS_max_watchers);
   if (watchers < 1 || watchers > 100000) return "--max_watchers must be in [1, 100000]";
+  if (absl::GetFlag(FLAGS_watcher_backlog_events) < 1 ||
+      absl::GetFlag(FLAGS_watcher_backlog_bytes) < 4096) {
+    return "--watcher_backlog_events must be >= 1 and --watcher_backlog_bytes >= 4096";
+  }
+  const double hello = absl::GetFlag(FLAGS_hello_timeout_s);
+  if (!(hello > 0 && hello <= 86400)) return "--hello_timeout_s must be in (0, 86400]";
+  if (absl::GetFlag(FLAGS_max_pending_sessions) < 1 ||
+      absl::GetFlag(FLAGS_max_pending_sessions_per_peer) < 1) {
+    return "--max_pending_sessions and --max_pending_sessions_per_peer must be >= 1";
+  }
   if (absl::GetFlag(FLAGS_max_message_bytes) < 4096) {
     return "--max_message_bytes must be >= 4096";
   }
@@ -241,6 +265,11 @@ int main(int argc, char** argv) {
   opts.reflection = absl::GetFlag(FLAGS_reflection);
   opts.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   opts.max_watchers = absl::GetFlag(FLAGS_max_watchers);
+  opts.watcher_backlog_events = absl::GetFlag(FLAGS_watcher_backlog_events);
+  opts.watcher_backlog_bytes = absl::GetFlag(FLAGS_watcher_backlog_bytes);
+  opts.pending.hello_timeout = absl::Seconds(absl::GetFlag(FLAGS_hello_timeout_s));
+  opts.pending.max_pending = absl::GetFlag(FLAGS_max_pending_sessions);
+  opts.pending.max_pending_per_peer = absl::GetFlag(FLAGS_max_pending_sessions_per_peer);
   opts.coordinator.state_dir = absl::GetFlag(FLAGS_state_dir);
   opts.coordinator.max_jobs = absl::GetFlag(FLAGS_max_jobs);
   opts.coordinator.max_jobs_per_principal = absl::GetFlag(FLAGS_max_jobs_per_principal);

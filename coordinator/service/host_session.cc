@@ -57,12 +57,24 @@ class HostOutbox final : public SessionSink {
 
 class HostSessionReactor final : public RawReactor {
  public:
-  HostSessionReactor(Coordinator* coordinator, std::string principal)
-      : coordinator_(coordinator), principal_(std::move(principal)) {
+  HostSessionReactor(Coordinator* coordinator, std::string principal,
+                     PendingSessions* pending, const std::string& peer)
+      : coordinator_(coordinator), principal_(std::move(principal)),
+        before_hello_(std::make_shared<PreHelloStream>(this)) {
+    absl::StatusOr<std::shared_ptr<PendingSessions::Wait>> wait = pending->Admit(
+        peer, [stream = before_hello_] { stream->Finish(NoHello()); });
+    if (!wait.ok()) {
+      coordinator_->metrics().RpcError("HostSession", "RESOURCE_EXHAUSTED");
+      RawReactor::Finish(ToGrpcStatus(wait.status()));
+      return;
+    }
+    wait_ = *std::move(wait);
     StartRead(&raw_in_);
   }
 
   void OnReadDone(bool ok) override {
+    // Before the hello: the deadline may have ended the stream already.
+    if (job_ == nullptr && outbox_ == nullptr && !wait_->Greeted()) return;
     if (!ok) {
       // The agent closed its side or the connection broke.
       Finish(grpc::Status::OK);
@@ -87,6 +99,8 @@ class HostSessionReactor final : public RawReactor {
   void OnWriteDone(bool ok) override { outbox_->stream().OnWriteDone(ok); }
 
   void OnDone() override {
+    if (wait_ != nullptr) wait_->Gone();
+    before_hello_->Detach();
     if (job_ != nullptr) job_->DetachHost(ranks_, outbox_.get());
     if (outbox_ != nullptr) outbox_->stream().Detach();
     delete this;
@@ -143,8 +157,14 @@ class HostSessionReactor final : public RawReactor {
     return absl::OkStatus();
   }
 
+  // What the hello deadline ends the stream through: it outlives the
+  // reactor, and is detached when the stream is done.
+  using PreHelloStream = rpc::StreamOutbox<grpc::ByteBuffer, grpc::ByteBuffer>;
+
   Coordinator* coordinator_;
   const std::string principal_;  // named caller, or empty
+  std::shared_ptr<PreHelloStream> before_hello_;
+  std::shared_ptr<PendingSessions::Wait> wait_;  // until the hello
   std::shared_ptr<HostOutbox> outbox_;
   std::shared_ptr<JobState> job_;
   std::vector<int> ranks_;
@@ -156,8 +176,15 @@ class HostSessionReactor final : public RawReactor {
 }  // namespace
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* NewHostSessionReactor(
-    Coordinator* coordinator, std::string principal) {
-  return new HostSessionReactor(coordinator, std::move(principal));
+    Coordinator* coordinator, std::string principal, PendingSessions* pending,
+    const std::string& peer) {
+  return new HostSessionReactor(coordinator, std::move(principal), pending, peer);
+}
+
+grpc::Status NoHello() {
+  return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                      "no hello within the coordinator's --hello_timeout_s: a session must "
+                      "name its job and rank first");
 }
 
 void LogSessionRefusal(absl::string_view rpc, absl::string_view job, int rank,

@@ -22,6 +22,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "coordinator/service/coordinator.h"
+#include "coordinator/service/pending_sessions.h"
 #include "dynmo/v1/agent.grpc.pb.h"
 #include "grpcpp/support/server_callback.h"
 
@@ -32,8 +33,15 @@ namespace dynmo::service {
 // its own jobs (PERMISSION_DENIED).
 // The stream is raw (raw_message.h): a message that does not decode as a
 // HostMessage ends it with INVALID_ARGUMENT.
+// The stream waits for its hello in `pending` (pending_sessions.h): beyond
+// its caps it ends at once with RESOURCE_EXHAUSTED, past its deadline with
+// DEADLINE_EXCEEDED.
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* NewHostSessionReactor(
-    Coordinator* coordinator, std::string principal);
+    Coordinator* coordinator, std::string principal, PendingSessions* pending,
+    const std::string& peer);
+
+// The status a stream that never said hello ends with.
+grpc::Status NoHello();
 
 // The session_refused line of a Session or HostSession ended by `why`,
 // bounded in size and rate (refusal_log.h).

@@ -2,15 +2,47 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/service/event_log.h"
+#include "coordinator/job/record_validation.h"
 #include "coordinator/job/validation.h"
 
 namespace dynmo::service {
 
-void JobRegistry::Restore(const dynmo::v1::CoordinatorState& state) {
+void JobRegistry::Restore(const dynmo::v1::CoordinatorState& state,
+                          const std::vector<StateStore::BadRecord>& bad,
+                          const std::string& jobs_dir) {
   absl::MutexLock lock(&mu_);
+  for (const StateStore::BadRecord& b : bad) QuarantineLocked(b.job, b.path, b.why);
   for (const auto& record : state.jobs()) {
+    absl::Status s = ValidateJobRecord(record);
+    if (s.ok() && !record.tombstone()) s = CheckShape(RegistrationOf(record));
+    if (!s.ok()) {
+      QuarantineLocked(record.name(), absl::StrCat(jobs_dir, "/", record.name(), ".pb"), s);
+      continue;
+    }
+    if (record.tombstone()) {
+      tombstones_[record.name()] = record.owner();
+      continue;
+    }
     jobs_[record.name()] = std::make_shared<JobState>(record, options_, deps_);
   }
+  if (deps_.metrics != nullptr) {
+    deps_.metrics->SetQuarantinedJobs(static_cast<int>(quarantined_.size()));
+  }
+}
+
+void JobRegistry::QuarantineLocked(const std::string& name, const std::string& path,
+                                   const absl::Status& why) {
+  quarantined_[name] = absl::DataLossError(absl::StrCat(
+      "job ", name, " is quarantined: its record ", path, " is unusable (", why.message(),
+      "); its ranks are refused until the file is restored or an operator deletes the job "
+      "(the file is then set aside as ", path, ".quarantined)"));
+  LogEvent(LogLevel::kError, "record_quarantined",
+           {{"job", name}, {"path", path}, {"error", why.message()}});
+}
+
+int JobRegistry::quarantined() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(quarantined_.size());
 }
 
 absl::StatusOr<std::shared_ptr<JobState>> JobRegistry::Register(
@@ -67,6 +99,7 @@ absl::Status JobRegistry::CheckShape(const dynmo::v1::RegisterRequest& r) const 
 absl::StatusOr<std::shared_ptr<JobState>> JobRegistry::FindOrCreate(
     const dynmo::v1::RegisterRequest& first, const std::string& caller) {
   absl::MutexLock lock(&mu_);
+  if (auto q = quarantined_.find(first.job()); q != quarantined_.end()) return q->second;
   auto it = jobs_.find(first.job());
   if (it != jobs_.end()) {
     const std::string& owner = it->second->owner();
@@ -75,6 +108,13 @@ absl::StatusOr<std::shared_ptr<JobState>> JobRegistry::FindOrCreate(
           "job ", first.job(), " belongs to principal '", owner, "', not '", caller, "'"));
     }
     return it->second;
+  }
+  if (auto t = tombstones_.find(first.job());
+      t != tombstones_.end() && !t->second.empty() && caller != t->second) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "the name ", first.job(), " belongs to principal '", t->second,
+        "' (a deleted job's name is kept for its owner); the owner's side or an admin "
+        "releases it (dynmo-ctl delete ", first.job(), " --release_name)"));
   }
   if (static_cast<int>(jobs_.size()) >= limits_.max_jobs) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -98,6 +138,7 @@ absl::StatusOr<std::shared_ptr<JobState>> JobRegistry::FindOrCreate(
     return s;
   }
   jobs_[first.job()] = job;
+  tombstones_.erase(first.job());  // its record replaced the tombstone
   LogEvent(LogLevel::kInfo, "job_created",
            {{"job", first.job()}, {"owner", caller}, {"pp", first.pipeline_size()},
             {"dp", first.data_parallel_size()}, {"layers", first.num_layers()}});
@@ -107,6 +148,7 @@ absl::StatusOr<std::shared_ptr<JobState>> JobRegistry::FindOrCreate(
 absl::StatusOr<std::shared_ptr<JobState>> JobRegistry::Find(
     const std::string& name) const {
   absl::MutexLock lock(&mu_);
+  if (auto q = quarantined_.find(name); q != quarantined_.end()) return q->second;
   auto it = jobs_.find(name);
   if (it == jobs_.end()) {
     return absl::NotFoundError(absl::StrCat("no job named '", name, "'"));
@@ -114,12 +156,33 @@ absl::StatusOr<std::shared_ptr<JobState>> JobRegistry::Find(
   return it->second;
 }
 
-absl::StatusOr<int> JobRegistry::Delete(const std::string& name, bool force) {
+absl::StatusOr<int> JobRegistry::Delete(const std::string& name, bool force, bool release_name) {
   // Under the registry's lock throughout, so no rank can re-create the job
   // between its removal from disk and from the map.
   absl::MutexLock lock(&mu_);
+  if (quarantined_.count(name) > 0) {
+    // Kept aside for a post-mortem; the name is free again.
+    if (absl::Status s = deps_.keeper->SetAsideJob(name); !s.ok()) return s;
+    quarantined_.erase(name);
+    if (deps_.metrics != nullptr) {
+      deps_.metrics->SetQuarantinedJobs(static_cast<int>(quarantined_.size()));
+    }
+    LogEvent(LogLevel::kWarning, "job_deleted", {{"job", name}, {"quarantined", true}});
+    return 0;
+  }
   auto it = jobs_.find(name);
   if (it == jobs_.end()) {
+    if (tombstones_.count(name) > 0) {
+      if (!release_name) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "job ", name, " was deleted; its name is kept for principal '", tombstones_[name],
+            "' (delete with release_name to give it up)"));
+      }
+      if (absl::Status s = ForgetLocked(name, "", true); !s.ok()) return s;
+      tombstones_.erase(name);
+      LogEvent(LogLevel::kInfo, "job_name_released", {{"job", name}});
+      return 0;
+    }
     return absl::NotFoundError(absl::StrCat("no job named '", name, "'"));
   }
   std::shared_ptr<JobState> job = it->second;
@@ -130,14 +193,34 @@ absl::StatusOr<int> JobRegistry::Delete(const std::string& name, bool force) {
         " connected ranks; stop them first, or delete with force"));
   }
   const int closed = job->Close(absl::StrCat("job ", name, " was deleted"));
-  if (absl::Status s = deps_.keeper->RemoveJob(name); !s.ok()) {
+  if (absl::Status s = ForgetLocked(name, job->owner(), release_name); !s.ok()) {
     job->Reopen();
     return s;
   }
   jobs_.erase(it);
+  const bool kept = !job->owner().empty() && !release_name;
+  if (kept) tombstones_[name] = job->owner();
   LogEvent(LogLevel::kInfo, "job_deleted",
-           {{"job", name}, {"sessions_ended", closed}, {"forced", force}});
+           {{"job", name}, {"sessions_ended", closed}, {"forced", force},
+            {"name_kept_for", kept ? job->owner() : ""}});
   return closed;
+}
+
+absl::Status JobRegistry::ForgetLocked(const std::string& name, const std::string& owner,
+                                       bool release_name) {
+  if (owner.empty() || release_name) return deps_.keeper->RemoveJob(name);
+  dynmo::v1::JobRecord tombstone;
+  tombstone.set_name(name);
+  tombstone.set_owner(owner);
+  tombstone.set_tombstone(true);
+  return deps_.keeper->CommitJob(tombstone);
+}
+
+std::optional<std::string> JobRegistry::TombstoneOwner(const std::string& name) const {
+  absl::MutexLock lock(&mu_);
+  auto t = tombstones_.find(name);
+  if (t == tombstones_.end()) return std::nullopt;
+  return t->second;
 }
 
 std::vector<std::string> JobRegistry::ExpireIdle(absl::Time now, absl::Duration idle) {

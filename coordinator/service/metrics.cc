@@ -85,6 +85,29 @@ CoordinatorMetrics::CoordinatorMetrics()
                  "and nothing was persisted (disk full, read-only, I/O error).")
            .Register(r)
            .Add({});
+  quarantined_jobs_ =
+      &prometheus::BuildGauge()
+           .Name("dynmo_quarantined_jobs")
+           .Help("Jobs whose record in the state dir is unusable (checksum, parse or "
+                 "bounds): their ranks are refused with DATA_LOSS until an operator "
+                 "deletes the job; every other job is served.")
+           .Register(r)
+           .Add({});
+  watchers_fell_behind_ =
+      &prometheus::BuildCounter()
+           .Name("dynmo_watchers_fell_behind_total")
+           .Help("WatchReleased streams ended with RESOURCE_EXHAUSTED because their "
+                 "reader did not read a whole backlog (--watcher_backlog_events, "
+                 "--watcher_backlog_bytes).")
+           .Register(r)
+           .Add({});
+  sessions_without_hello_ =
+      &prometheus::BuildCounter()
+           .Name("dynmo_sessions_without_hello_total")
+           .Help("Session and HostSession streams ended with DEADLINE_EXCEEDED because "
+                 "their first message (hello) did not come within --hello_timeout_s.")
+           .Register(r)
+           .Add({});
   decision_latency_ =
       &prometheus::BuildHistogram()
            .Name("dynmo_decision_latency_seconds")

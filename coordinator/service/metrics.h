@@ -86,6 +86,12 @@ class CoordinatorMetrics {
   void DecisionLatency(double seconds) { decision_latency_->Observe(seconds); }
   // Counts a commit of the state dir that failed (nothing was persisted).
   void StateCommitFailed() { state_commit_failures_->Increment(); }
+  // A WatchReleased stream ended because its reader fell a whole backlog
+  // behind; a Session or HostSession ended without its hello in time.
+  void WatcherFellBehind() { watchers_fell_behind_->Increment(); }
+  void SessionWithoutHello() { sessions_without_hello_->Increment(); }
+  // Jobs quarantined now for an unusable record (job_registry.h).
+  void SetQuarantinedJobs(int n) { quarantined_jobs_->Set(n); }
 
  private:
   friend class JobMetrics;
@@ -106,6 +112,9 @@ class CoordinatorMetrics {
   prometheus::Histogram* prediction_error_;
   prometheus::Histogram* decision_latency_;
   prometheus::Counter* state_commit_failures_;
+  prometheus::Gauge* quarantined_jobs_;
+  prometheus::Counter* watchers_fell_behind_;
+  prometheus::Counter* sessions_without_hello_;
 };
 
 }  // namespace dynmo::service

@@ -1,11 +1,17 @@
 // OperatorServiceImpl: dynmo.v1.OperatorService over the job registry.
-// Every call checks the bearer token first, then looks the job up (NOT_FOUND
-// names it), then does one thing. Requests arrive as raw bytes on the
+// Every call takes one prologue: the caller's credentials and operator role,
+// the job name's form, the job looked up (NOT_FOUND names it; DATA_LOSS a
+// quarantined one), the caller's scope (an operator acts on its tenant's
+// jobs, an admin on all: auth.h); then it does one thing. ListJobs lists
+// the jobs in the caller's scope. Requests arrive as raw bytes on the
 // callback API (raw_message.h: bytes that do not decode are
 // INVALID_ARGUMENT) and are served inline: no call waits on another.
 // Thread-safe (the registry and the jobs lock themselves).
 #ifndef DYNMO_COORDINATOR_SERVICE_OPERATOR_SERVICE_H_
 #define DYNMO_COORDINATOR_SERVICE_OPERATOR_SERVICE_H_
+
+#include <memory>
+#include <string>
 
 #include "coordinator/service/auth.h"
 #include "coordinator/service/coordinator.h"
@@ -58,6 +64,15 @@ class OperatorServiceImpl final : public OperatorServiceBase {
   grpc::Status ServeDeleteJob(const grpc::ServerContextBase& context,
                               const dynmo::v1::DeleteJobRequest& request,
                               dynmo::v1::DeleteJobResponse* response);
+  // The prologue: credentials and role, then the job name's form.
+  grpc::Status Caller(const grpc::ServerContextBase& context, const std::string& job,
+                      Principal* caller) const;
+  // PERMISSION_DENIED unless `caller` may act on a job of `owner`.
+  grpc::Status Scope(const Principal& caller, const std::string& job,
+                     const std::string& owner) const;
+  // The whole prologue for a call on one existing job.
+  grpc::Status FindJob(const grpc::ServerContextBase& context, const std::string& job,
+                       std::shared_ptr<JobState>* found) const;
   // Counts a failed call of `method` in /metrics; returns `status`.
   grpc::Status Done(const char* method, const grpc::Status& status);
 

@@ -69,7 +69,7 @@ grpc::ServerUnaryReactor* ServeRawUnary(grpc::CallbackServerContext* context,
 // Defines Class::Method, the raw callback override of a unary method, as
 // ServeRawUnary over Class::ServeMethod(const grpc::ServerContextBase&,
 // const dynmo::v1::Request&, dynmo::v1::Response*); an undecodable request
-// is counted by Class::Done("Method", status).
+// and every failed call are counted by Class::Done("Method", status).
 #define DYNMO_SERVE_RAW_UNARY(Class, Method, Request, Response)                          \
   grpc::ServerUnaryReactor* Class::Method(grpc::CallbackServerContext* context,         \
                                           const grpc::ByteBuffer* request,              \
@@ -77,7 +77,7 @@ grpc::ServerUnaryReactor* ServeRawUnary(grpc::CallbackServerContext* context,
     return ::dynmo::service::ServeRawUnary<dynmo::v1::Request, dynmo::v1::Response>(    \
         context, request, response,                                                     \
         [this](const grpc::ServerContextBase& c, const dynmo::v1::Request& rq,          \
-               dynmo::v1::Response* rs) { return Serve##Method(c, rq, rs); },           \
+               dynmo::v1::Response* rs) { return Done(#Method, Serve##Method(c, rq, rs)); }, \
         [this](const grpc::Status& s) { return Done(#Method, s); });                     \
   }
 

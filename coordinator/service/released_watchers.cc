@@ -1,6 +1,7 @@
 #include "coordinator/service/released_watchers.h"
 
 #include <algorithm>
+#include <functional>
 #include <string>
 #include <utility>
 
@@ -18,8 +19,10 @@ using Outbox = rpc::StreamOutbox<grpc::ByteBuffer, grpc::ByteBuffer, Reactor>;
 // notifier may wake it while the reactor is being torn down.
 class ReleasedWatchers::Watch {
  public:
-  Watch(ReleasedPool* pool, bool include_claimed, Reactor* reactor)
-      : pool_(pool), include_claimed_(include_claimed), outbox_(reactor) {}
+  Watch(ReleasedPool* pool, bool include_claimed, Reactor* reactor, rpc::OutboxBound backlog,
+        const std::function<void()>* on_overflow)
+      : pool_(pool), include_claimed_(include_claimed), on_overflow_(on_overflow),
+        outbox_(reactor, backlog) {}
 
   // Queues the pool's snapshot: the first thing a stream writes.
   void Begin() {
@@ -41,7 +44,7 @@ class ReleasedWatchers::Watch {
     for (ReleasedPool::Event& e : events) {
       seq_ = e.seq;
       if (!include_claimed_ && e.event.kind() == ReleasedEvent::CLAIMED) continue;
-      outbox_.Write(Encoded(e.event));
+      if (!Queue(e.event)) return;
     }
   }
   Outbox& outbox() { return outbox_; }
@@ -53,13 +56,25 @@ class ReleasedWatchers::Watch {
       ReleasedEvent e;
       e.set_kind(ReleasedEvent::SNAPSHOT);
       *e.mutable_gpu() = std::move(g);
-      outbox_.Write(Encoded(e));
+      if (!Queue(e)) return;
     }
+  }
+  // Queues one event; false once the stream is ending (a reader that fell
+  // behind by the whole backlog is ended and counted, once).
+  bool Queue(const ReleasedEvent& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (outbox_.Write(Encoded(e))) return true;
+    if (!counted_ && outbox_.overflowed()) {
+      counted_ = true;
+      if (*on_overflow_) (*on_overflow_)();
+    }
+    return false;
   }
 
   ReleasedPool* const pool_;
   const bool include_claimed_;
+  const std::function<void()>* const on_overflow_;
   absl::Mutex mu_;
+  bool counted_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t seq_ ABSL_GUARDED_BY(mu_) = 0;
   bool begun_ ABSL_GUARDED_BY(mu_) = false;
   Outbox outbox_;
@@ -98,8 +113,10 @@ class RefusedWatch final : public Reactor {
 
 }  // namespace
 
-ReleasedWatchers::ReleasedWatchers(ReleasedPool* pool, int max_watchers)
-    : pool_(pool), max_watchers_(max_watchers), notifier_([this] { Loop(); }) {}
+ReleasedWatchers::ReleasedWatchers(ReleasedPool* pool, int max_watchers,
+                                   rpc::OutboxBound backlog, std::function<void()> on_overflow)
+    : pool_(pool), max_watchers_(max_watchers), backlog_(backlog),
+      on_overflow_(std::move(on_overflow)), notifier_([this] { Loop(); }) {}
 
 ReleasedWatchers::~ReleasedWatchers() { Stop(); }
 
@@ -109,7 +126,7 @@ Reactor* ReleasedWatchers::Refused(const grpc::Status& status) {
 
 Reactor* ReleasedWatchers::Open(bool include_claimed) {
   auto* stream = new Stream(this);
-  auto watch = std::make_shared<Watch>(pool_, include_claimed, stream);
+  auto watch = std::make_shared<Watch>(pool_, include_claimed, stream, backlog_, &on_overflow_);
   stream->Bind(watch);
   {
     absl::MutexLock lock(&mu_);

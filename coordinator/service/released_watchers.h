@@ -4,14 +4,18 @@
 // waits for the released pool's next event and wakes every stream, which
 // then takes the pool's events after the last one it queued (a stream that
 // fell behind the pool's event history gets a fresh snapshot). A slow
-// reader costs only its own queue. At most `max_watchers` streams are open
-// at once; Open beyond that answers RESOURCE_EXHAUSTED.
+// reader costs only its own queue, and that queue is bounded (`backlog`, in
+// events and bytes): a reader that falls behind by the whole backlog is
+// ended with RESOURCE_EXHAUSTED and counted (`on_overflow`); it reconnects
+// and starts from a snapshot. At most `max_watchers` streams are open at
+// once; Open beyond that answers RESOURCE_EXHAUSTED.
 //
 // Thread-safe. Lock order: a stream's lock -> its outbox's -> the pool's;
 // the registry's lock is never held while a stream is woken or finished.
 #ifndef DYNMO_COORDINATOR_SERVICE_RELEASED_WATCHERS_H_
 #define DYNMO_COORDINATOR_SERVICE_RELEASED_WATCHERS_H_
 
+#include <functional>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -23,13 +27,17 @@
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/server_callback.h"
 #include "grpcpp/support/status.h"
+#include "rpc/stream_outbox.h"
 
 namespace dynmo::service {
 
 class ReleasedWatchers {
  public:
   // `pool` (not owned) outlives this. Starts the notifier thread.
-  ReleasedWatchers(ReleasedPool* pool, int max_watchers);
+  // `on_overflow` (may be empty) is called once per stream ended for its
+  // backlog, from the notifier thread or Open's.
+  ReleasedWatchers(ReleasedPool* pool, int max_watchers, rpc::OutboxBound backlog = {},
+                   std::function<void()> on_overflow = {});
   ~ReleasedWatchers();
   ReleasedWatchers(const ReleasedWatchers&) = delete;
   ReleasedWatchers& operator=(const ReleasedWatchers&) = delete;
@@ -61,6 +69,8 @@ class ReleasedWatchers {
 
   ReleasedPool* const pool_;
   const int max_watchers_;
+  const rpc::OutboxBound backlog_;
+  const std::function<void()> on_overflow_;
   mutable absl::Mutex mu_;
   std::vector<std::shared_ptr<Watch>> watches_ ABSL_GUARDED_BY(mu_);
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;

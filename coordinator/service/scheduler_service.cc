@@ -46,11 +46,11 @@ grpc::Status SchedulerServiceImpl::ServeListReleased(
     const grpc::ServerContextBase& context, const dynmo::v1::ListReleasedRequest& request,
     dynmo::v1::ListReleasedResponse* response) {
   if (grpc::Status s = auth_->CheckStatus(context, Role::kScheduler); !s.ok()) {
-    return Done("ListReleased", s);
+    return s;
   }
   if (!request.job().empty()) {
     if (absl::Status s = ValidateJobName(request.job()); !s.ok()) {
-      return Done("ListReleased", ToGrpcStatus(s));
+      return ToGrpcStatus(s);
     }
   }
   for (auto& g :
@@ -64,17 +64,17 @@ grpc::Status SchedulerServiceImpl::ServeListPlacements(
     const grpc::ServerContextBase& context, const dynmo::v1::ListPlacementsRequest& request,
     dynmo::v1::ListPlacementsResponse* response) {
   if (grpc::Status s = auth_->CheckStatus(context, Role::kScheduler); !s.ok()) {
-    return Done("ListPlacements", s);
+    return s;
   }
   std::vector<std::shared_ptr<JobState>> jobs;
   if (request.job().empty()) {
     jobs = coordinator_->jobs().All();
   } else {
     if (absl::Status s = ValidateJobName(request.job()); !s.ok()) {
-      return Done("ListPlacements", ToGrpcStatus(s));
+      return ToGrpcStatus(s);
     }
     absl::StatusOr<std::shared_ptr<JobState>> job = coordinator_->jobs().Find(request.job());
-    if (!job.ok()) return Done("ListPlacements", ToGrpcStatus(job.status()));
+    if (!job.ok()) return ToGrpcStatus(job.status());
     jobs.push_back(*std::move(job));
   }
   for (const auto& job : jobs) {
@@ -97,14 +97,14 @@ grpc::Status SchedulerServiceImpl::ServeClaim(const grpc::ServerContextBase& con
                                          dynmo::v1::ClaimResponse* response) {
   Principal caller;
   if (grpc::Status s = auth_->CheckStatus(context, Role::kScheduler, &caller); !s.ok()) {
-    return Done("Claim", s);
+    return s;
   }
   absl::StatusOr<std::string> holder = HolderOf(caller, request.holder());
-  if (!holder.ok()) return Done("Claim", ToGrpcStatus(holder.status()));
+  if (!holder.ok()) return ToGrpcStatus(holder.status());
   std::vector<std::string> ids(request.ids().begin(), request.ids().end());
   absl::StatusOr<std::vector<dynmo::v1::ReleasedGpu>> gpus =
       coordinator_->pool().Claim(ids, *holder, request.lease_seconds(), absl::Now());
-  if (!gpus.ok()) return Done("Claim", ToGrpcStatus(gpus.status()));
+  if (!gpus.ok()) return ToGrpcStatus(gpus.status());
   for (auto& g : *gpus) *response->add_gpus() = std::move(g);
   return grpc::Status::OK;
 }
@@ -114,14 +114,14 @@ grpc::Status SchedulerServiceImpl::ServeReturn(
     dynmo::v1::ReturnResponse* response) {
   Principal caller;
   if (grpc::Status s = auth_->CheckStatus(context, Role::kScheduler, &caller); !s.ok()) {
-    return Done("Return", s);
+    return s;
   }
   absl::StatusOr<std::string> holder = HolderOf(caller, request.holder());
-  if (!holder.ok()) return Done("Return", ToGrpcStatus(holder.status()));
+  if (!holder.ok()) return ToGrpcStatus(holder.status());
   std::vector<std::string> ids(request.ids().begin(), request.ids().end());
   absl::StatusOr<std::vector<dynmo::v1::ReleasedGpu>> gpus =
       coordinator_->pool().Return(ids, *holder);
-  if (!gpus.ok()) return Done("Return", ToGrpcStatus(gpus.status()));
+  if (!gpus.ok()) return ToGrpcStatus(gpus.status());
   for (auto& g : *gpus) *response->add_gpus() = std::move(g);
   return grpc::Status::OK;
 }

@@ -25,10 +25,13 @@ class SchedulerServiceImpl final
                       dynmo::v1::SchedulerService::WithRawCallbackMethod_ListPlacements<
                           dynmo::v1::SchedulerService::Service>>>>> {
  public:
+  // `max_watchers` WatchReleased streams at once, each with at most
+  // `backlog` waiting for its reader (released_watchers.h).
   SchedulerServiceImpl(Coordinator* coordinator, const Authenticator* auth,
-                       int max_watchers)
+                       int max_watchers, rpc::OutboxBound backlog = {})
       : coordinator_(coordinator), auth_(auth),
-        watchers_(&coordinator->pool(), max_watchers) {}
+        watchers_(&coordinator->pool(), max_watchers, backlog,
+                  [m = &coordinator->metrics()] { m->WatcherFellBehind(); }) {}
 
   grpc::ServerUnaryReactor* ListReleased(grpc::CallbackServerContext* context,
                                          const grpc::ByteBuffer* request,

@@ -167,10 +167,12 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     impl->metrics_port = ports.empty() ? 0 : ports.front();
   }
 
-  impl->agent =
-      std::make_unique<AgentServiceImpl>(impl->coordinator.get(), &impl->auth);
+  impl->agent = std::make_unique<AgentServiceImpl>(impl->coordinator.get(), &impl->auth,
+                                                   options.pending);
   impl->scheduler = std::make_unique<SchedulerServiceImpl>(
-      impl->coordinator.get(), &impl->auth, options.max_watchers);
+      impl->coordinator.get(), &impl->auth, options.max_watchers,
+      rpc::OutboxBound{static_cast<size_t>(options.watcher_backlog_events),
+                       static_cast<size_t>(options.watcher_backlog_bytes)});
   impl->op = std::make_unique<OperatorServiceImpl>(impl->coordinator.get(),
                                                    &impl->auth);
 
@@ -225,6 +227,8 @@ std::string CoordinatorServer::address() const {
 }
 
 int CoordinatorServer::metrics_port() const { return impl_->metrics_port; }
+
+int CoordinatorServer::pending_sessions() const { return impl_->agent->pending_sessions(); }
 
 Coordinator& CoordinatorServer::coordinator() { return *impl_->coordinator; }
 

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "coordinator/service/coordinator.h"
+#include "coordinator/service/pending_sessions.h"
 
 namespace dynmo::service {
 
@@ -43,6 +44,14 @@ struct ServerOptions {
   int max_message_bytes = 4 << 20;     // larger messages: RESOURCE_EXHAUSTED
   // WatchReleased streams open at once; more: RESOURCE_EXHAUSTED.
   int max_watchers = 64;
+  // What may wait for one WatchReleased reader (events, bytes); a reader
+  // that falls that far behind is ended with RESOURCE_EXHAUSTED. The bytes
+  // must hold the pool's snapshot (about 100 bytes per released GPU).
+  int64_t watcher_backlog_events = 16384;
+  int64_t watcher_backlog_bytes = 1 << 20;
+  // A Session or HostSession's hello deadline, and the caps on streams
+  // still waiting for theirs (pending_sessions.h).
+  PendingLimits pending;
   CoordinatorOptions coordinator;
 };
 
@@ -62,6 +71,8 @@ class CoordinatorServer {
   // 0 when there is no metrics endpoint.
   int metrics_port() const;
   Coordinator& coordinator();
+  // Session and HostSession streams waiting for their hello now.
+  int pending_sessions() const;
 
   // Blocks until Shutdown() is called.
   void Wait();

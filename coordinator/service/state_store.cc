@@ -15,6 +15,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "coordinator/job/validation.h"
+#include "coordinator/service/record_file.h"
+#include "storage/durable_file.h"
 
 namespace dynmo::service {
 namespace {
@@ -23,61 +25,12 @@ absl::Status Errno(const std::string& what) {
   return absl::InternalError(absl::StrCat(what, ": ", std::strerror(errno)));
 }
 
-absl::Status WriteAll(int fd, const std::string& data, const std::string& p) {
-  size_t off = 0;
-  while (off < data.size()) {
-    ssize_t n = ::write(fd, data.data() + off, data.size() - off);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return Errno(absl::StrCat("write ", p));
-    }
-    off += static_cast<size_t>(n);
-  }
-  return absl::OkStatus();
-}
+using storage::FsyncDir;
+using storage::ReadWholeFile;
 
-absl::Status FsyncPath(const std::string& p, int flags) {
-  int fd = ::open(p.c_str(), flags);
-  if (fd < 0) return Errno(absl::StrCat("open ", p));
-  int rc = ::fsync(fd);
-  ::close(fd);
-  if (rc != 0) return Errno(absl::StrCat("fsync ", p));
-  return absl::OkStatus();
-}
-
-absl::Status FsyncDir(const std::string& dir) {
-  return FsyncPath(dir, O_RDONLY | O_DIRECTORY);
-}
-
-// Replaces `path` (in folder `dir`) with `data` atomically: <path>.tmp,
-// fsync, rename, fsync the folder. A failure leaves no temp file.
-absl::Status ReplaceFile(const std::string& dir, const std::string& path,
-                         const std::string& data) {
-  const std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Errno(absl::StrCat("open ", tmp));
-  absl::Status s = WriteAll(fd, data, tmp);
-  if (s.ok() && ::fsync(fd) != 0) s = Errno(absl::StrCat("fsync ", tmp));
-  ::close(fd);
-  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
-    s = Errno(absl::StrCat("rename ", tmp));
-  }
-  if (!s.ok()) {
-    ::unlink(tmp.c_str());  // no half-written temp file is left (ENOSPC)
-    return s;
-  }
-  return FsyncDir(dir);
-}
-
-// The whole file; nullopt when it does not exist.
-absl::StatusOr<std::optional<std::string>> ReadFile(const std::string& path) {
-  if (::access(path.c_str(), F_OK) != 0 && errno == ENOENT) return std::nullopt;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Errno(absl::StrCat("open ", path));
-  std::stringstream buf;
-  buf << in.rdbuf();
-  if (in.bad()) return Errno(absl::StrCat("read ", path));
-  return buf.str();
+// Replaces a record file durably through <path>.tmp (storage/durable_file.h).
+absl::Status ReplaceFile(const std::string& path, const std::string& data) {
+  return storage::ReplaceFileDurably(path, data, path + ".tmp");
 }
 
 // The job names of the record files in `jobs_dir` (<name>.pb; temp files of
@@ -128,6 +81,7 @@ absl::Status StateStore::Open() {
     return absl::FailedPreconditionError(
         absl::StrCat("state dir ", dir_, " is not a directory"));
   }
+  dir_id_ = {st.st_dev, st.st_ino};
   if (lock_fd_ >= 0) return absl::OkStatus();
   absl::Status write = LockForWrite();
   if (write.ok()) return absl::OkStatus();
@@ -187,7 +141,8 @@ StateStore::~StateStore() {
 
 absl::StatusOr<std::optional<dynmo::v1::CoordinatorState>> StateStore::Load() {
   legacy_ = false;
-  absl::StatusOr<std::optional<std::string>> old = ReadFile(legacy_path());
+  bad_records_.clear();
+  absl::StatusOr<std::optional<std::string>> old = ReadWholeFile(legacy_path());
   if (!old.ok()) return old.status();
   dynmo::v1::CoordinatorState state;
   if (old->has_value()) {
@@ -198,30 +153,70 @@ absl::StatusOr<std::optional<dynmo::v1::CoordinatorState>> StateStore::Load() {
     legacy_ = true;
     return state;
   }
-  absl::StatusOr<std::optional<std::string>> pool = ReadFile(pool_path());
+  absl::StatusOr<std::optional<std::string>> pool = ReadWholeFile(pool_path());
   if (!pool.ok()) return pool.status();
   bool any = pool->has_value();
-  if (any && !state.ParseFromString(**pool)) {
-    return absl::DataLossError(absl::StrCat(pool_path(), " is not a pool record"));
+  if (any) {
+    absl::StatusOr<std::string> bytes = UnframedRecord(std::move(**pool), pool_path());
+    if (!bytes.ok()) return bytes.status();
+    if (!state.ParseFromString(*bytes)) {
+      return absl::DataLossError(absl::StrCat(pool_path(), " is not a pool record"));
+    }
   }
   state.clear_jobs();
   absl::StatusOr<std::optional<std::vector<std::string>>> names = ListJobFiles(jobs_dir());
   if (!names.ok()) return names.status();
   if (!any && !names->has_value()) return std::nullopt;
   for (const std::string& name : names->value_or(std::vector<std::string>{})) {
-    absl::StatusOr<std::optional<std::string>> data = ReadFile(job_path(name));
-    if (!data.ok()) return data.status();
-    if (!data->has_value()) continue;  // removed since the listing
-    dynmo::v1::JobRecord* job = state.add_jobs();
-    if (!job->ParseFromString(**data) || job->name() != name) {
-      return absl::DataLossError(
-          absl::StrCat(job_path(name), " is not the job record of '", name, "'"));
+    absl::StatusOr<dynmo::v1::JobRecord> job = LoadJob(name);
+    if (job.ok()) {
+      *state.add_jobs() = *std::move(job);
+    } else if (job.status().code() != absl::StatusCode::kNotFound) {
+      // One job's bad file is that job's problem, not every job's.
+      bad_records_.push_back(BadRecord{name, job_path(name), job.status()});
     }
   }
   return state;
 }
 
+absl::StatusOr<dynmo::v1::JobRecord> StateStore::LoadJob(const std::string& name) const {
+  const std::string path = job_path(name);
+  absl::StatusOr<std::optional<std::string>> data = ReadWholeFile(path);
+  if (!data.ok()) return absl::DataLossError(data.status().message());
+  if (!data->has_value()) return absl::NotFoundError(absl::StrCat(path, " was removed"));
+  absl::StatusOr<std::string> bytes = UnframedRecord(std::move(**data), path);
+  if (!bytes.ok()) return bytes.status();
+  dynmo::v1::JobRecord job;
+  if (!job.ParseFromString(*bytes) || job.name() != name) {
+    return absl::DataLossError(absl::StrCat(path, " is not the job record of '", name, "'"));
+  }
+  return job;
+}
+
+absl::Status StateStore::SetAsideJob(const std::string& name) {
+  if (absl::Status s = CheckJobName(name); !s.ok()) return s;
+  if (absl::Status s = ReadyToWrite(); !s.ok()) return s;
+  const std::string path = job_path(name);
+  const std::string aside = path + ".quarantined";
+  if (::rename(path.c_str(), aside.c_str()) != 0) {
+    if (errno == ENOENT) return absl::OkStatus();
+    return Errno(absl::StrCat("rename ", path, " to ", aside));
+  }
+  return FsyncDir(jobs_dir());
+}
+
 absl::Status StateStore::ReadyToWrite() {
+  // The lock is the directory's that Open found: a directory put in its
+  // place since (a swap, a restore under a running daemon) is not ours to
+  // write, and may be another coordinator's.
+  struct stat st;
+  if (dir_id_ && (::stat(dir_.c_str(), &st) != 0 ||
+                  std::make_pair(st.st_dev, st.st_ino) != *dir_id_)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "state dir ", dir_, " was replaced or removed while this coordinator ran: it is not "
+        "the directory this coordinator locked, so nothing is written into it (restart the "
+        "coordinator to use it)"));
+  }
   if (!write_locked_) {
     if (absl::Status s = LockForWrite(); !s.ok()) return s;
   }
@@ -237,7 +232,7 @@ absl::Status StateStore::SaveJob(const dynmo::v1::JobRecord& job) {
   if (!job.SerializeToString(&data)) {
     return absl::InternalError(absl::StrCat("cannot serialize job ", job.name()));
   }
-  return ReplaceFile(jobs_dir(), job_path(job.name()), data);
+  return ReplaceFile(job_path(job.name()), FramedRecord(data));
 }
 
 absl::Status StateStore::RemoveJob(const std::string& name) {
@@ -262,7 +257,7 @@ absl::Status StateStore::SavePool(uint64_t generation, uint64_t next_gpu_id,
   if (!record.SerializeToString(&data)) {
     return absl::InternalError("cannot serialize the released-GPU pool");
   }
-  return ReplaceFile(dir_, pool_path(), data);
+  return ReplaceFile(pool_path(), FramedRecord(data));
 }
 
 absl::Status StateStore::Save(const dynmo::v1::CoordinatorState& state) {
@@ -325,53 +320,51 @@ absl::StatusOr<dynmo::v1::CoordinatorState> StateKeeper::Open() {
   return state;
 }
 
-absl::Status StateKeeper::CommitJob(const dynmo::v1::JobRecord& job) {
+absl::Status StateKeeper::Commit(const std::function<absl::Status()>& write,
+                                  const std::function<void()>& staged) {
   absl::Status s;
   bool changed = false;
   {
     absl::MutexLock lock(&mu_);
     const bool was = read_only_;
     s = MigrateLocked();
-    if (s.ok() && durable()) s = store_.SaveJob(job);
+    if (s.ok() && durable()) s = write();
     s = Written(std::move(s));
-    if (s.ok()) jobs_[job.name()] = job;
+    if (s.ok()) staged();
     changed = was != read_only_;
   }
   return Report(std::move(s), changed);
+}
+
+absl::Status StateKeeper::CommitJob(const dynmo::v1::JobRecord& job) {
+  return Commit([&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return store_.SaveJob(job); },
+                [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { jobs_[job.name()] = job; });
 }
 
 absl::Status StateKeeper::CommitPool(const std::vector<dynmo::v1::ReleasedGpu>& pool,
                                      uint64_t next_gpu_id) {
-  absl::Status s;
-  bool changed = false;
-  {
-    absl::MutexLock lock(&mu_);
-    const bool was = read_only_;
-    s = MigrateLocked();
-    if (s.ok() && durable()) s = store_.SavePool(generation_ + 1, next_gpu_id, pool);
-    s = Written(std::move(s));
-    if (s.ok()) {
-      pool_ = pool;
-      next_gpu_id_ = next_gpu_id;
-    }
-    changed = was != read_only_;
-  }
-  return Report(std::move(s), changed);
+  return Commit(
+      [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        return store_.SavePool(generation_ + 1, next_gpu_id, pool);
+      },
+      [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        pool_ = pool;
+        next_gpu_id_ = next_gpu_id;
+      });
 }
 
 absl::Status StateKeeper::RemoveJob(const std::string& name) {
-  absl::Status s;
-  bool changed = false;
-  {
-    absl::MutexLock lock(&mu_);
-    const bool was = read_only_;
-    s = MigrateLocked();
-    if (s.ok() && durable()) s = store_.RemoveJob(name);
-    s = Written(std::move(s));
-    if (s.ok()) jobs_.erase(name);
-    changed = was != read_only_;
-  }
-  return Report(std::move(s), changed);
+  return Commit([&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return store_.RemoveJob(name); },
+                [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { jobs_.erase(name); });
+}
+
+absl::Status StateKeeper::SetAsideJob(const std::string& name) {
+  return Commit([&]() { return store_.SetAsideJob(name); }, [] {});
+}
+
+std::vector<StateStore::BadRecord> StateKeeper::bad_records() const {
+  absl::MutexLock lock(&mu_);
+  return store_.bad_records();
 }
 
 absl::Status StateKeeper::Probe() {

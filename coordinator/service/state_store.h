@@ -3,7 +3,8 @@
 //   <dir>/jobs/<job name>.pb   one dynmo.v1.JobRecord per job
 //   <dir>/pool.pb              the released-GPU pool and the next GPU id (a
 //                              dynmo.v1.CoordinatorState without jobs)
-// Each file is replaced atomically: a temp file beside it (<file>.tmp),
+// Each file is framed with a checksum (record_file.h) and replaced
+// atomically: a temp file beside it (<file>.tmp),
 // fsync, rename over the old one, fsync the folder. After a crash (kill -9,
 // power loss) each file is its old or its new version, never a torn one.
 // Records are independent (a job's epoch, layout and owner live in its file
@@ -37,10 +38,13 @@
 #ifndef DYNMO_COORDINATOR_SERVICE_STATE_STORE_H_
 #define DYNMO_COORDINATOR_SERVICE_STATE_STORE_H_
 
+#include <sys/types.h>
+
 #include <functional>
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -62,14 +66,31 @@ class StateStore {
   // Creates the directory if needed and takes its LOCK file (a POSIX lock,
   // held until destruction): a second dynmo-coordinator process on the same
   // directory gets FAILED_PRECONDITION instead of two writers of one state.
+  // The lock is bound to that directory: when the path names another one
+  // later (the folder swapped or removed under the running daemon), every
+  // write is FAILED_PRECONDITION (the keeper turns read-only) instead of
+  // writing into a directory it never locked.
   // A directory that exists but cannot be written opens read-only (a read
   // lock where the LOCK file can be read): writable() says which, and why.
   absl::Status Open();
   // The whole state: the old snapshot when there is one (legacy() then
   // says so), else the pool file and every job file, jobs by name; nullopt
-  // when the directory holds neither. A file that does not parse, or a job
-  // file whose record names another job, is DATA_LOSS naming the file.
+  // when the directory holds neither. A snapshot or pool file that fails
+  // its checksum or does not parse is DATA_LOSS naming the file. A job
+  // file that cannot be read, fails its checksum, does not parse or names
+  // another job is left out and listed in bad_records(): one job's bad
+  // record never stops the others.
   absl::StatusOr<std::optional<dynmo::v1::CoordinatorState>> Load();
+  // The job files the last Load left out, each with why (DATA_LOSS).
+  struct BadRecord {
+    std::string job;
+    std::string path;
+    absl::Status why;
+  };
+  const std::vector<BadRecord>& bad_records() const { return bad_records_; }
+  // Renames a job's file to <file>.quarantined (kept for a post-mortem, no
+  // longer a record); OK when there is none.
+  absl::Status SetAsideJob(const std::string& name);
   // Whether the last Load read an old single-file snapshot (state.pb).
   bool legacy() const { return legacy_; }
 
@@ -105,11 +126,18 @@ class StateStore {
   absl::Status LockForRead();
   // The write lock (when the store opened read-only) and the jobs folder.
   absl::Status ReadyToWrite();
+  // One job's record: NOT_FOUND when its file is gone, DATA_LOSS naming
+  // the file when it is unusable.
+  absl::StatusOr<dynmo::v1::JobRecord> LoadJob(const std::string& name) const;
 
   std::string dir_;
+  // The directory Open found and locked (device, inode): every write
+  // checks that the path still names it.
+  std::optional<std::pair<dev_t, ino_t>> dir_id_;
   int lock_fd_ = -1;
   bool write_locked_ = false;
   bool legacy_ = false;
+  std::vector<BadRecord> bad_records_;
   std::string why_read_only_;
 };
 
@@ -129,6 +157,10 @@ class StateKeeper : public JobJournal {
                           uint64_t next_gpu_id);
   // Removes the record file of the job `name` (a deleted job).
   absl::Status RemoveJob(const std::string& name);
+  // Sets a quarantined job's file aside (StateStore::SetAsideJob).
+  absl::Status SetAsideJob(const std::string& name);
+  // The job files Open left out as unusable (StateStore::bad_records).
+  std::vector<StateStore::BadRecord> bad_records() const;
 
   // Called (outside the keeper's lock) with each failed commit's error:
   // the coordinator counts it in /metrics. Set before use.
@@ -153,6 +185,11 @@ class StateKeeper : public JobJournal {
   uint64_t failures() const;
 
  private:
+  // One commit: an old snapshot's migration first, then `write` (skipped
+  // when not durable); on success `staged` takes the change into memory.
+  // Both run under the keeper's lock.
+  absl::Status Commit(const std::function<absl::Status()>& write,
+                      const std::function<void()>& staged);
   // The refusal every failed write turns into (read-only mode starts).
   absl::Status Refused(const absl::Status& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes the whole staged state when an old snapshot still waits to be

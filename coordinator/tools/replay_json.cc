@@ -1,13 +1,16 @@
 #include "coordinator/tools/replay_json.h"
 
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "coordinator/core/partition.h"
+#include "coordinator/core/realized_gain.h"
 #include "coordinator/core/reshape.h"
 #include "coordinator/core/stage_program.h"
 #include "coordinator/formats/chrome_trace.h"
@@ -84,6 +87,7 @@ nlohmann::ordered_json JobReplayToJson(const service::JobReplayResult& r,
   int64_t moved = 0;
   std::vector<int64_t> applied_at;
   nlohmann::ordered_json plans = nlohmann::ordered_json::array();
+  std::vector<double> errors;
   for (const service::ReplayedPlan& p : r.plans) {
     if (p.outcome == "applied") {
       ++applied;
@@ -98,8 +102,19 @@ nlohmann::ordered_json JobReplayToJson(const service::JobReplayResult& r,
                      {"grid", absl::StrCat(p.pp, "x", p.dp)},
                      {"stages", p.active_stages},
                      {"boundaries", p.boundaries},
-                     {"migration_bytes", p.migration_bytes}});
+                     {"migration_bytes", p.migration_bytes},
+                     {"predicted_gain", p.predicted_gain},
+                     {"realized_gain", p.realized_samples > 0
+                                           ? nlohmann::ordered_json(p.realized_gain)
+                                           : nlohmann::ordered_json(nullptr)},
+                     {"realized_spread", p.realized_spread},
+                     {"realized_samples", p.realized_samples}});
+    if (p.realized_samples > 0) errors.push_back(std::abs(p.predicted_gain - p.realized_gain));
   }
+  // The median |predicted - realized| over the plans measured (points of
+  // gain); null when none was.
+  j["median_prediction_error"] =
+      errors.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(core::Median(errors));
   j["decisions"] = r.plans.size();  // plans issued
   j["rebalances"] = applied;         // plans applied
   j["moved_bytes"] = moved;
@@ -139,7 +154,13 @@ nlohmann::ordered_json ReplayTimeline(const service::JobReplayResult& r,
         {"grid", absl::StrCat(p.pp, "x", p.dp)},
         {"boundaries", absl::StrJoin(p.boundaries, ",")},
         {"migration_bytes", absl::StrCat(p.migration_bytes)},
-        {"outcome", p.outcome}};
+        {"outcome", p.outcome},
+        {"predicted_gain", absl::StrFormat("%+.1f%%", 100 * p.predicted_gain)},
+        {"realized_gain", p.realized_samples > 0
+                              ? absl::StrFormat("%+.1f%% (spread %.1f%%, %d iterations)",
+                                                100 * p.realized_gain, 100 * p.realized_spread,
+                                                p.realized_samples)
+                              : std::string("not measured")}};
     marks.push_back({"DynMo", p.decided_iteration,
                      absl::StrCat("plan ", p.epoch, " decided"), args});
     if (p.outcome == "applied") {

@@ -274,7 +274,7 @@ int main(int argc, char** argv) {
   const std::string principals = std::string(dir) + "/principals";
   std::ofstream(principals) << kCanaryToken << " canary agent\n"
                             << kAttackerToken << " attacker agent,scheduler\n"
-                            << kOpsToken << " ops operator\n";
+                            << kOpsToken << " ops admin\n";
   service::ServerOptions o;
   o.principals_file = principals;
   o.coordinator.state_dir = std::string(dir) + "/state";

@@ -60,7 +60,8 @@ TEST(AuthenticatorTest, BadPrincipalsFilesNameTheLine) {
   };
   for (const Case& c : {
            Case{"tok-0123456789abcdef alice\n", "p.txt:1: want <token"},
-           Case{"# c\ntok-0123456789abcdef alice admin\n", "p.txt:2: unknown role 'admin'"},
+           Case{"# c\ntok-0123456789abcdef alice root\n", "p.txt:2: unknown role 'root'"},
+           Case{"tok-0123456789abcdef alice agent ml\n", "p.txt:1: 'ml' is not tenant=<tenant>"},
            Case{"short alice agent\n", "at least 16 characters"},
            Case{"tok-0123456789abcdef a agent\ntok-0123456789abcdef b agent\n",
                 "p.txt:2: token listed twice"},

@@ -187,7 +187,7 @@ constexpr char kPrincipals[] =
     "sched-b-token-0123456 sched-b scheduler\n"
     "train-a-token-0123456 train-a agent\n"
     "train-b-token-0123456 train-b agent\n"
-    "ops-token-0123456789a ops operator\n";
+    "ops-token-0123456789a ops admin\n";  // every tenant's jobs
 
 TEST_F(GrpcApiTest, ANamedSchedulerHoldsWhatItClaimsAndNoOneElseReturnsIt) {
   StartServer("", false, "", kPrincipals);

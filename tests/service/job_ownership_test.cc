@@ -9,37 +9,17 @@
 #include "coordinator/service/coordinator.h"
 #include "gtest/gtest.h"
 #include "tests/service/job_state_fixture.h"
+#include "tests/service/restarted_coordinator.h"
 
 namespace dynmo::service {
 namespace {
 
-class JobOwnershipTest : public ::testing::Test {
+class JobOwnershipTest : public RestartedCoordinatorTest {
  protected:
-  void SetUp() override { dir_ = TempDir(); }
-  void TearDown() override {
-    coordinator_.reset();
-    std::filesystem::remove_all(dir_);
-  }
-
-  // A coordinator over the state dir; the previous one is gone first, as
-  // after a restart.
-  Coordinator& Start() {
-    coordinator_.reset();
-    CoordinatorOptions options;
-    options.state_dir = dir_;
-    absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Create(options);
-    EXPECT_TRUE(c.ok()) << c.status();
-    coordinator_ = *std::move(c);
-    return *coordinator_;
-  }
-
   absl::Status RegisterAs(const std::string& principal, int rank = 0) {
     dynmo::v1::RegisterResponse response;
     return coordinator_->jobs().Register(Reg(rank), &response, principal).status();
   }
-
-  std::string dir_;
-  std::unique_ptr<Coordinator> coordinator_;
 };
 
 TEST_F(JobOwnershipTest, AnotherPrincipalCannotTakeAJobAfterARestart) {

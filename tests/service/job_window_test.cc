@@ -57,7 +57,7 @@ TEST_F(JobWindowTest, ReportsAndAcksBeyondTheJobsEpochAreInvalid) {
   EXPECT_EQ(job_->Summary().epoch(), plan.epoch());
 }
 
-TEST_F(JobWindowTest, ARegistrationFarBeyondTheEpochIsRefusedOneWithinIsAdopted) {
+TEST_F(JobWindowTest, ARegistrationFarBeyondTheEpochIsRefusedOneWithinIsAdoptedByANewJobOnly) {
   dynmo::v1::RegisterRequest far = Reg(2);
   far.set_applied_epoch(kWindow + 1);
   dynmo::v1::RegisterResponse response;
@@ -68,12 +68,18 @@ TEST_F(JobWindowTest, ARegistrationFarBeyondTheEpochIsRefusedOneWithinIsAdopted)
   dynmo::v1::RegisterRequest pending = Reg(2);
   pending.set_pending_epoch(kWindow + 1);
   EXPECT_EQ(job_->Register(pending, &response).code(), absl::StatusCode::kInvalidArgument);
-  // The state dir was lost and the ranks ran 7 plans: adopted.
+  // Within the window, an epoch this job never issued is refused while its
+  // other ranks run epoch 0 (issue 43: a forged or foreign claim)...
   dynmo::v1::RegisterRequest lost = Reg(2);
   lost.set_applied_epoch(7);
-  ASSERT_TRUE(job_->Register(lost, &response).ok());
-  EXPECT_EQ(job_->Summary().epoch(), 7u);
-  EXPECT_EQ(job_->Summary().applied_epoch(), 7u);
+  EXPECT_EQ(job_->Register(lost, &response).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(job_->Summary().epoch(), 0u);
+  // ... and adopted as the first rank of a job that never planned: the state
+  // dir was lost and the ranks ran 7 plans.
+  JobState fresh(lost, options_, JobDeps{keeper_.get(), pool_.get(), nullptr});
+  ASSERT_TRUE(fresh.Register(lost, &response).ok());
+  EXPECT_EQ(fresh.Summary().epoch(), 7u);
+  EXPECT_EQ(fresh.Summary().applied_epoch(), 7u);
 }
 
 }  // namespace

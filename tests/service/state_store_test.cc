@@ -63,7 +63,7 @@ TEST(StateStoreTest, GarbageSnapshotIsDataLoss) {
   EXPECT_EQ(store.Load().status().code(), absl::StatusCode::kDataLoss);
 }
 
-TEST(StateStoreTest, AGarbageOrMisnamedJobFileIsDataLossNamingIt) {
+TEST(StateStoreTest, AGarbageOrMisnamedJobFileIsLeftOutAsDataLossNamingIt) {
   const std::string dir = TempDir();
   StateStore store(dir);
   ASSERT_TRUE(store.Open().ok());
@@ -71,14 +71,51 @@ TEST(StateStoreTest, AGarbageOrMisnamedJobFileIsDataLossNamingIt) {
   job.set_name("a");
   ASSERT_TRUE(store.SaveJob(job).ok());
   std::filesystem::copy_file(dir + "/jobs/a.pb", dir + "/jobs/b.pb");
-  absl::Status s = store.Load().status();
-  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
-  EXPECT_NE(s.message().find("jobs/b.pb"), std::string::npos) << s;
-  std::filesystem::remove(dir + "/jobs/b.pb");
   std::ofstream(dir + "/jobs/c.pb") << "\xff\xff\xff not a proto";
-  s = store.Load().status();
-  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
-  EXPECT_NE(s.message().find("jobs/c.pb"), std::string::npos) << s;
+  // One job's bad file never stops the others (issue 43): it is left out.
+  absl::StatusOr<std::optional<dynmo::v1::CoordinatorState>> loaded = store.Load();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_EQ((*loaded)->jobs_size(), 1);
+  EXPECT_EQ((*loaded)->jobs(0).name(), "a");
+  ASSERT_EQ(store.bad_records().size(), 2u);
+  for (const StateStore::BadRecord& bad : store.bad_records()) {
+    EXPECT_EQ(bad.why.code(), absl::StatusCode::kDataLoss);
+    EXPECT_NE(bad.why.message().find("jobs/" + bad.job + ".pb"), std::string::npos) << bad.why;
+  }
+}
+
+TEST(StateStoreTest, ARecordChangedOnDiskFailsItsChecksum) {
+  const std::string dir = TempDir();
+  StateStore store(dir);
+  ASSERT_TRUE(store.Open().ok());
+  dynmo::v1::JobRecord job;
+  job.set_name("a");
+  job.set_pipeline_size(4);
+  ASSERT_TRUE(store.SaveJob(job).ok());
+  std::fstream f(dir + "/jobs/a.pb", std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(3);
+  f.put('\x07');
+  f.close();
+  ASSERT_TRUE(store.Load().ok());
+  ASSERT_EQ(store.bad_records().size(), 1u);
+  EXPECT_NE(store.bad_records()[0].why.message().find("checksum"), std::string::npos)
+      << store.bad_records()[0].why;
+}
+
+TEST(StateStoreTest, ADirectorySwappedUnderTheStoreIsNeverWrittenInto) {
+  const std::string dir = TempDir();
+  StateStore store(dir);
+  ASSERT_TRUE(store.Open().ok());
+  dynmo::v1::JobRecord job;
+  job.set_name("a");
+  ASSERT_TRUE(store.SaveJob(job).ok());
+  std::filesystem::rename(dir, dir + ".old");
+  std::filesystem::create_directory(dir);
+  const absl::Status s = store.SaveJob(job);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("replaced"), std::string::npos) << s;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/jobs")) << "nothing written into the new one";
+  std::filesystem::remove_all(dir + ".old");
 }
 
 TEST(StateStoreTest, ANameThatIsNoJobNameNeverReachesThePath) {

@@ -78,7 +78,7 @@ struct SecuredFiles {
   const std::string write = absl::StrCat(
       "cd ", dir, " && printf 'trainer-s3cret-0123456789\\n' > train_token && ",
       "printf 'operator-s3cret-0123456789\\n' > ops_token && ",
-      "printf 'trainer-s3cret-0123456789 trainer agent,operator\\noperator-s3cret-0123456789 ops operator\\n' > principals",
+      "printf 'trainer-s3cret-0123456789 trainer agent,operator tenant=ml\\noperator-s3cret-0123456789 ops operator tenant=ml\\n' > principals",
       " && echo ok");
   if (Capture(write) != "ok\n") return "cannot write the token and principals files";
   return "";

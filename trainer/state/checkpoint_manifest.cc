@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
+#include "storage/durable_file.h"
 
 namespace dynmo::trainer {
 namespace {
@@ -144,20 +145,10 @@ std::string ManifestPath(const std::string& dir) { return dir + "/manifest.json"
 
 absl::Status WriteManifest(const std::string& dir, const CheckpointManifest& manifest) {
   const std::string path = ManifestPath(dir);
-  const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << ManifestToJson(manifest);
-    out.flush();
-    if (!out) {
-      std::remove(tmp.c_str());
-      return absl::InternalError(absl::StrCat("--save_dir: cannot write ", tmp));
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return absl::InternalError(absl::StrCat("--save_dir: cannot rename ", tmp, " to ", path));
-  }
+  // Durable: a crash leaves the old manifest or the new, never half of one.
+  absl::Status s = storage::ReplaceFileDurably(path, ManifestToJson(manifest),
+                                               absl::StrCat(path, ".tmp.", getpid()));
+  if (!s.ok()) return absl::InternalError(absl::StrCat("--save_dir: ", s.message()));
   return absl::OkStatus();
 }
 

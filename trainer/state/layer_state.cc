@@ -14,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "storage/durable_file.h"
 #include "trainer/comm/device.h"
 #include "trainer/model/adamw_state_select.h"
 #include "trainer/model/make_layer.h"
@@ -437,21 +438,12 @@ absl::StatusOr<LayerState> RecvLayerState(Transport& transport, int peer,
 
 absl::Status WriteLayerStateFile(const LayerState& state, const std::string& path) {
   torch::Tensor bytes = EncodeLayerState(state);
-  const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()), bytes.numel());
-    out.flush();
-    if (!out) {
-      std::remove(tmp.c_str());
-      return absl::InternalError(absl::StrCat("cannot write ", tmp));
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return absl::InternalError(absl::StrCat("cannot rename ", tmp, " to ", path));
-  }
-  return absl::OkStatus();
+  // Durable: a crash leaves the old file or the new, never half of one.
+  return storage::ReplaceFileDurably(
+      path,
+      absl::string_view(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()),
+                        static_cast<size_t>(bytes.numel())),
+      absl::StrCat(path, ".tmp.", getpid()));
 }
 
 absl::StatusOr<LayerState> ReadLayerStateFile(const std::string& path) {
