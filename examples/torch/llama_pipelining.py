@@ -219,7 +219,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     data = corpus()
     log = None
     rows = args.micro_batch * args.microbatches
-    error: Optional[BaseException] = None
     try:
         for step in range(args.steps):
             start = time.perf_counter()
@@ -258,6 +257,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 print_iteration("llama_pipelining", record, plan)
                 if log:
                     log.write(json.dumps(record) + "\n")
+                    log.flush()  # a write error (a full disk) fails this iteration
         if pipe.is_reporter:
             # The split to carry into a job that never runs DynMo.
             b = pipe.boundaries
@@ -266,18 +266,18 @@ def main(argv: Optional[List[str]] = None) -> int:
                   f"Megatron pipeline_model_parallel_layout="
                   f"{plan_formats.to_megatron(b)!r}; DeepSpeed parts="
                   f"{plan_formats.to_deepspeed(b)}", flush=True)
-    except Exception as e:  # DynMo: this rank failed (a MigrationError: a peer died)
-        error = e
-    if log:
-        try:
+        if log:
             log.close()
-        except OSError as e:
-            error = error or e
-    if error is not None:
+        pipe.close()  # DynMo: collective; a rank failing meanwhile ends this one
+    except Exception as e:  # DynMo: this rank failed (a MigrationError: a peer died)
+        if log and not log.closed:
+            try:
+                log.close()
+            except OSError:
+                pass
         # Every other rank is told and ends; nothing here waits on them.
-        print(f"llama_pipelining: {pipe.close(error=error)}", file=sys.stderr, flush=True)  # DynMo
-        return 3 if isinstance(error, MigrationError) else 1
-    pipe.close()  # DynMo
+        print(f"llama_pipelining: {pipe.close(error=e)}", file=sys.stderr, flush=True)  # DynMo
+        return 3 if isinstance(e, MigrationError) else 1
     dist.destroy_process_group()
     return 0
 

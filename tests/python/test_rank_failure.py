@@ -3,9 +3,9 @@ naming the rank that failed and its error, and leaves no process behind
 (issue 43): at construction, in the embedded coordinator's start, in a
 forward, a backward, a migration, the reporter's logging, for a job name
 the coordinator would refuse and for a rank SIGKILLed with the embedded
-coordinator in it. Ranks are started by hand (env:// rendezvous, as
-Slurm's srun does: no torchrun to tear them down) and, once, under
-torchrun. The 30 s bound is the issue's; the runs take a few seconds."""
+coordinator in it, and the example's own loop on a full disk. Ranks are
+started by hand (env:// rendezvous, as Slurm's srun does: no torchrun to
+tear them down) and, once, under torchrun. The 30 s bound is the issue's; the runs take a few seconds."""
 import os
 import re
 import socket
@@ -139,4 +139,29 @@ def test_under_torchrun_a_rank_failure_ends_the_job(tmp_path):
     assert 1 <= len(said) <= 2, run.stderr[-3000:]  # each rank's one line
     assert all("injected at forward" in l for l in said), said
     assert time.time() - start < 240
+    assert not _left_behind(tmp_path)
+
+
+def test_the_example_ends_both_ranks_on_a_full_disk(tmp_path):
+    # examples/torch/llama_pipelining.py's own loop: rank 0's --log_json
+    # write fails in iteration 0 (/dev/full); each rank says so in one line.
+    example = os.path.join(HERE, "..", "..", "examples", "torch", "llama_pipelining.py")
+    port = _free_port()
+    argv = [sys.executable, example, "--coordinator=embedded", "--steps=3", "--device=cpu",
+            "--layers=2", "--dim=32", "--seq_len=16", "--log_json=/dev/full"]
+    ranks = [subprocess.Popen(argv, env=_env(tmp_path, RANK=r, LOCAL_RANK=r, MASTER_PORT=port),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for r in range(2)]
+    try:
+        errs = [p.communicate(timeout=180)[1] for p in ranks]
+    finally:
+        for p in ranks:
+            p.kill()
+            p.wait()
+    assert [p.returncode for p in ranks] == [1, 1], errs
+    lines = [[l for l in err.splitlines() if l.strip()] for err in errs]
+    assert lines[0] == ["llama_pipelining: rank 0 failed: OSError: [Errno 28] No space left "
+                        "on device"], lines
+    assert lines[1] == ["dynmo.pipelining: rank 0 failed: OSError: [Errno 28] No space left "
+                        "on device (rank 1 stops)"], lines
     assert not _left_behind(tmp_path)

@@ -318,12 +318,13 @@ class DynamicPipeline:
             if abort:
                 abort_process_groups()
             return line
-        self.failure.stop()
         if self._link is not None:
             self._link.close()
         if barrier and dist.get_world_size() > 1 and not self.released:
+            # The watcher still runs: a rank failing meanwhile ends this one.
             dist.monitored_barrier(group=self.topology.control_group,
                                    timeout=datetime.timedelta(seconds=self.migration_timeout_s))
+        self.failure.stop()
         if self._link is not None:
             self._link.stop_coordinator()
         return ""
