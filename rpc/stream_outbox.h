@@ -32,10 +32,12 @@
 
 namespace dynmo::rpc {
 
-// What may wait in one outbox; 0: no bound.
+// What may wait in one outbox; 0: no bound. Each message counts its
+// encoding plus `per_message_bytes` (what holding it costs beyond that).
 struct OutboxBound {
   size_t max_messages = 0;
   size_t max_bytes = 0;
+  size_t per_message_bytes = 0;
 };
 
 // A queued message's size: a raw stream's bytes, a protobuf's encoding.
@@ -62,7 +64,7 @@ class StreamOutbox {
     {
       absl::MutexLock lock(&mu_);
       if (reactor_ == nullptr || finishing_) return false;
-      const size_t bytes = bound_.max_bytes > 0 ? QueuedBytes(*message) : 0;
+      const size_t bytes = Cost(*message);
       if ((bound_.max_messages > 0 && queue_.size() >= bound_.max_messages) ||
           (bound_.max_bytes > 0 && queued_bytes_ + bytes > bound_.max_bytes)) {
         overflow = OverflowLocked(&finish_now);
@@ -107,7 +109,7 @@ class StreamOutbox {
     {
       absl::MutexLock lock(&mu_);
       if (!queue_.empty()) {
-        if (bound_.max_bytes > 0) queued_bytes_ -= QueuedBytes(*queue_.front());
+        queued_bytes_ -= Cost(*queue_.front());
         queue_.pop_front();
       }
       if (!ok) {  // the stream is broken: nothing more goes out
@@ -164,7 +166,7 @@ class StreamOutbox {
     overflowed_ = true;
     finishing_ = true;
     if (writing_) {
-      if (bound_.max_bytes > 0) queued_bytes_ = QueuedBytes(*queue_.front());
+      queued_bytes_ = Cost(*queue_.front());
       queue_.resize(1);  // the write in flight stays until it is done
       pending_finish_ = status;
       return status;
@@ -173,6 +175,11 @@ class StreamOutbox {
     queued_bytes_ = 0;
     *finish_now = reactor_;
     return status;
+  }
+
+  // What `m` counts against the byte bound (0 without one).
+  size_t Cost(const Out& m) const {
+    return bound_.max_bytes > 0 ? QueuedBytes(m) + bound_.per_message_bytes : 0;
   }
 
   const OutboxBound bound_;

@@ -118,15 +118,18 @@ ABSL_FLAG(int64_t, watcher_backlog_events, 16384,
           "events that may wait for one WatchReleased reader; one that falls "
           "further behind is ended with RESOURCE_EXHAUSTED");
 ABSL_FLAG(int64_t, watcher_backlog_bytes, 1 << 20,
-          "bytes that may wait for one WatchReleased reader (must hold the "
-          "pool's snapshot: about 100 bytes per released GPU)");
+          "bytes that may wait for one WatchReleased reader, ~350 per event "
+          "(must hold the pool's snapshot: the default fits 2,900 released GPUs)");
+ABSL_FLAG(int, max_streams_per_connection, 1024,
+          "streams one client connection holds open at once (HTTP/2 "
+          "MAX_CONCURRENT_STREAMS); more wait on the client's side");
 ABSL_FLAG(double, hello_timeout_s, 10,
           "a Session or HostSession that sends no hello within this is ended "
           "with DEADLINE_EXCEEDED");
-ABSL_FLAG(int, max_pending_sessions, 4096,
+ABSL_FLAG(int, max_pending_sessions, 1024,
           "Session and HostSession streams waiting for their hello, in all; "
           "more are refused with RESOURCE_EXHAUSTED");
-ABSL_FLAG(int, max_pending_sessions_per_peer, 1024,
+ABSL_FLAG(int, max_pending_sessions_per_peer, 64,
           "... and from one peer host");
 ABSL_FLAG(int64_t, iteration_window, 1000000,
           "refuse a report or ack whose iteration is more than this beyond "
@@ -187,6 +190,9 @@ std::string BadNumbers() {
   }
   const double hello = absl::GetFlag(FLAGS_hello_timeout_s);
   if (!(hello > 0 && hello <= 86400)) return "--hello_timeout_s must be in (0, 86400]";
+  if (absl::GetFlag(FLAGS_max_streams_per_connection) < 1) {
+    return "--max_streams_per_connection must be >= 1";
+  }
   if (absl::GetFlag(FLAGS_max_pending_sessions) < 1 ||
       absl::GetFlag(FLAGS_max_pending_sessions_per_peer) < 1) {
     return "--max_pending_sessions and --max_pending_sessions_per_peer must be >= 1";
@@ -267,6 +273,7 @@ int main(int argc, char** argv) {
   opts.max_watchers = absl::GetFlag(FLAGS_max_watchers);
   opts.watcher_backlog_events = absl::GetFlag(FLAGS_watcher_backlog_events);
   opts.watcher_backlog_bytes = absl::GetFlag(FLAGS_watcher_backlog_bytes);
+  opts.max_streams_per_connection = absl::GetFlag(FLAGS_max_streams_per_connection);
   opts.pending.hello_timeout = absl::Seconds(absl::GetFlag(FLAGS_hello_timeout_s));
   opts.pending.max_pending = absl::GetFlag(FLAGS_max_pending_sessions);
   opts.pending.max_pending_per_peer = absl::GetFlag(FLAGS_max_pending_sessions_per_peer);

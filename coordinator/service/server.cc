@@ -172,7 +172,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   impl->scheduler = std::make_unique<SchedulerServiceImpl>(
       impl->coordinator.get(), &impl->auth, options.max_watchers,
       rpc::OutboxBound{static_cast<size_t>(options.watcher_backlog_events),
-                       static_cast<size_t>(options.watcher_backlog_bytes)});
+                       static_cast<size_t>(options.watcher_backlog_bytes),
+                       ReleasedWatchers::kEventOverheadBytes});
   impl->op = std::make_unique<OperatorServiceImpl>(impl->coordinator.get(),
                                                    &impl->auth);
 
@@ -190,6 +191,11 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   // 2 minutes and drops it when no answer comes within 20 s (a dead or
   // stalled peer); clients may ping every 30 s, also without calls (the
   // agents' default stays far below that).
+  // Streams one connection may hold open at once: a client that opens tens
+  // of thousands (Sessions that never say hello) queues them on its own
+  // side instead of in this process's memory (docs/operations.md).
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                             options.max_streams_per_connection);
   builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, 10 * 60 * 1000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 2 * 60 * 1000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20 * 1000);

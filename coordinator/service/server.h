@@ -45,13 +45,18 @@ struct ServerOptions {
   // WatchReleased streams open at once; more: RESOURCE_EXHAUSTED.
   int max_watchers = 64;
   // What may wait for one WatchReleased reader (events, bytes); a reader
-  // that falls that far behind is ended with RESOURCE_EXHAUSTED. The bytes
-  // must hold the pool's snapshot (about 100 bytes per released GPU).
+  // that falls that far behind is ended with RESOURCE_EXHAUSTED. Bytes
+  // count each event's encoding plus gRPC's cost of holding it (about 256
+  // bytes an event); they must hold the pool's snapshot (about 350 bytes
+  // per released GPU: the default fits 2,900).
   int64_t watcher_backlog_events = 16384;
   int64_t watcher_backlog_bytes = 1 << 20;
   // A Session or HostSession's hello deadline, and the caps on streams
   // still waiting for theirs (pending_sessions.h).
   PendingLimits pending;
+  // Streams one connection holds open at once (HTTP/2
+  // MAX_CONCURRENT_STREAMS); more wait on the client's side.
+  int max_streams_per_connection = 1024;
   CoordinatorOptions coordinator;
 };
 
