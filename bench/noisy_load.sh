@@ -13,17 +13,18 @@ out=${2:-$(mktemp -d /tmp/dynmo-noisy.XXXXXX)}
 steps=${STEPS:-200}
 mkdir -p "$out"
 . "$(dirname "$0")/local_ranks.sh"
-loops=()
-trap 'kill "${loops[@]}" 2>/dev/null || true' EXIT
+# The busy loops are grandchildren (their subshell exits at once), so that
+# run_ranks' wait does not wait for them.
+: >"$out/loops.pid"
+trap 'kill $(cat "$out/loops.pid") 2>/dev/null || true' EXIT
 for _ in 0 1; do
-  (while :; do :; done) &
-  loops+=($!)
+  (bash -c 'while :; do :; done' & echo $! >>"$out/loops.pid")
 done
 run_ranks "$bin" 2 "$out" --pp=2 --layers=8 --hidden=128 --heads=4 --seq_len=64 \
   --micro_batch=4 --microbatches=8 --intra_op_threads=1 --timeout_s=600 --steps="$steps" \
   --initial_boundaries=0,5,10 --coordinator=embedded --job=noisy \
   --log_json="$out/noisy.jsonl"
-kill "${loops[@]}" 2>/dev/null || true
+kill $(cat "$out/loops.pid") 2>/dev/null || true
 python3 - "$out/noisy.jsonl" <<'PY'
 import json, sys
 recs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
