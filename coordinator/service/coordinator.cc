@@ -38,7 +38,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
   absl::StatusOr<dynmo::v1::CoordinatorState> state = c->keeper_.Open();
   if (!state.ok()) return state.status();
   c->pool_.Restore(*state);
-  c->registry_.Restore(*state, c->keeper_.bad_records(), options.state_dir + "/jobs");
+  c->registry_.Restore(*state, c->keeper_.bad_records());
   // Re-save at once: a plan that was PREPARING at the crash is now aborted,
   // and that must be durable before any rank hears from us. A state dir
   // that takes no writes leaves the coordinator read-only instead: the

@@ -136,7 +136,8 @@ ABSL_FLAG(int64_t, iteration_window, 1000000,
           "the job's newest (INVALID_ARGUMENT)");
 ABSL_FLAG(int64_t, epoch_window, 1000000,
           "refuse a registration whose applied or pending epoch is more than "
-          "this beyond the job's epoch (within it, a newer one is adopted)");
+          "this beyond the job's epoch (within it, a newer one is refused unless "
+          "the rank is the first of a job that never planned)");
 
 namespace {
 

@@ -8,15 +8,14 @@
 namespace dynmo::service {
 
 void JobRegistry::Restore(const dynmo::v1::CoordinatorState& state,
-                          const std::vector<StateStore::BadRecord>& bad,
-                          const std::string& jobs_dir) {
+                          const std::vector<StateStore::BadRecord>& bad) {
   absl::MutexLock lock(&mu_);
   for (const StateStore::BadRecord& b : bad) QuarantineLocked(b.job, b.path, b.why);
   for (const auto& record : state.jobs()) {
     absl::Status s = ValidateJobRecord(record);
     if (s.ok() && !record.tombstone()) s = CheckShape(RegistrationOf(record));
     if (!s.ok()) {
-      QuarantineLocked(record.name(), absl::StrCat(jobs_dir, "/", record.name(), ".pb"), s);
+      QuarantineLocked(record.name(), deps_.keeper->job_path(record.name()), s);
       continue;
     }
     if (record.tombstone()) {
@@ -25,6 +24,10 @@ void JobRegistry::Restore(const dynmo::v1::CoordinatorState& state,
     }
     jobs_[record.name()] = std::make_shared<JobState>(record, options_, deps_);
   }
+  PublishQuarantinedLocked();
+}
+
+void JobRegistry::PublishQuarantinedLocked() const {
   if (deps_.metrics != nullptr) {
     deps_.metrics->SetQuarantinedJobs(static_cast<int>(quarantined_.size()));
   }
@@ -164,9 +167,7 @@ absl::StatusOr<int> JobRegistry::Delete(const std::string& name, bool force, boo
     // Kept aside for a post-mortem; the name is free again.
     if (absl::Status s = deps_.keeper->SetAsideJob(name); !s.ok()) return s;
     quarantined_.erase(name);
-    if (deps_.metrics != nullptr) {
-      deps_.metrics->SetQuarantinedJobs(static_cast<int>(quarantined_.size()));
-    }
+    PublishQuarantinedLocked();
     LogEvent(LogLevel::kWarning, "job_deleted", {{"job", name}, {"quarantined", true}});
     return 0;
   }
@@ -178,7 +179,7 @@ absl::StatusOr<int> JobRegistry::Delete(const std::string& name, bool force, boo
             "job ", name, " was deleted; its name is kept for principal '", tombstones_[name],
             "' (delete with release_name to give it up)"));
       }
-      if (absl::Status s = ForgetLocked(name, "", true); !s.ok()) return s;
+      if (absl::Status s = deps_.keeper->RemoveJob(name); !s.ok()) return s;
       tombstones_.erase(name);
       LogEvent(LogLevel::kInfo, "job_name_released", {{"job", name}});
       return 0;

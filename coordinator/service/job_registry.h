@@ -47,10 +47,9 @@ class JobRegistry {
   // Recreates the jobs of a snapshot (once, before serving): each record
   // validated like a registration (record_validation.h) and against the
   // limits; a record that fails, and each of `bad` (files the store could
-  // not use), quarantines its job. `jobs_dir` names the files in errors.
+  // not use), quarantines its job.
   void Restore(const dynmo::v1::CoordinatorState& state,
-               const std::vector<StateStore::BadRecord>& bad = {},
-               const std::string& jobs_dir = "jobs");
+               const std::vector<StateStore::BadRecord>& bad = {});
   // Jobs quarantined now.
   int quarantined() const;
   // The owner a deleted job's name is kept for, or nullopt.
@@ -104,6 +103,8 @@ class JobRegistry {
       const dynmo::v1::RegisterRequest& first, const std::string& caller);
   void QuarantineLocked(const std::string& name, const std::string& path,
                         const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The quarantined-jobs gauge, set to what quarantined_ holds now.
+  void PublishQuarantinedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes a deleted job's record, or writes its tombstone.
   absl::Status ForgetLocked(const std::string& name, const std::string& owner,
                             bool release_name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -8,8 +8,6 @@
 #include <cerrno>
 #include <algorithm>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -31,6 +29,23 @@ using storage::ReadWholeFile;
 // Replaces a record file durably through <path>.tmp (storage/durable_file.h).
 absl::Status ReplaceFile(const std::string& path, const std::string& data) {
   return storage::ReplaceFileDurably(path, data, path + ".tmp");
+}
+
+// A record file read back, its checksum checked (record_file.h) and parsed
+// into `record`: false when there is no file; the read's own error when it
+// cannot be read; DATA_LOSS naming `path` when it fails its checksum or
+// does not parse as `what`.
+absl::StatusOr<bool> ReadRecordFile(const std::string& path, const char* what,
+                                    google::protobuf::Message* record) {
+  absl::StatusOr<std::optional<std::string>> data = ReadWholeFile(path);
+  if (!data.ok()) return data.status();
+  if (!data->has_value()) return false;
+  absl::StatusOr<std::string> bytes = UnframedRecord(std::move(**data), path);
+  if (!bytes.ok()) return bytes.status();
+  if (!record->ParseFromString(*bytes)) {
+    return absl::DataLossError(absl::StrCat(path, " is not ", what));
+  }
+  return true;
 }
 
 // The job names of the record files in `jobs_dir` (<name>.pb; temp files of
@@ -153,16 +168,9 @@ absl::StatusOr<std::optional<dynmo::v1::CoordinatorState>> StateStore::Load() {
     legacy_ = true;
     return state;
   }
-  absl::StatusOr<std::optional<std::string>> pool = ReadWholeFile(pool_path());
+  absl::StatusOr<bool> pool = ReadRecordFile(pool_path(), "a pool record", &state);
   if (!pool.ok()) return pool.status();
-  bool any = pool->has_value();
-  if (any) {
-    absl::StatusOr<std::string> bytes = UnframedRecord(std::move(**pool), pool_path());
-    if (!bytes.ok()) return bytes.status();
-    if (!state.ParseFromString(*bytes)) {
-      return absl::DataLossError(absl::StrCat(pool_path(), " is not a pool record"));
-    }
-  }
+  const bool any = *pool;
   state.clear_jobs();
   absl::StatusOr<std::optional<std::vector<std::string>>> names = ListJobFiles(jobs_dir());
   if (!names.ok()) return names.status();
@@ -181,13 +189,12 @@ absl::StatusOr<std::optional<dynmo::v1::CoordinatorState>> StateStore::Load() {
 
 absl::StatusOr<dynmo::v1::JobRecord> StateStore::LoadJob(const std::string& name) const {
   const std::string path = job_path(name);
-  absl::StatusOr<std::optional<std::string>> data = ReadWholeFile(path);
-  if (!data.ok()) return absl::DataLossError(data.status().message());
-  if (!data->has_value()) return absl::NotFoundError(absl::StrCat(path, " was removed"));
-  absl::StatusOr<std::string> bytes = UnframedRecord(std::move(**data), path);
-  if (!bytes.ok()) return bytes.status();
   dynmo::v1::JobRecord job;
-  if (!job.ParseFromString(*bytes) || job.name() != name) {
+  const std::string what = absl::StrCat("the job record of '", name, "'");
+  absl::StatusOr<bool> read = ReadRecordFile(path, what.c_str(), &job);
+  if (!read.ok()) return absl::DataLossError(read.status().message());
+  if (!*read) return absl::NotFoundError(absl::StrCat(path, " was removed"));
+  if (job.name() != name) {
     return absl::DataLossError(absl::StrCat(path, " is not the job record of '", name, "'"));
   }
   return job;

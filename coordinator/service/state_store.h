@@ -161,6 +161,8 @@ class StateKeeper : public JobJournal {
   absl::Status SetAsideJob(const std::string& name);
   // The job files Open left out as unusable (StateStore::bad_records).
   std::vector<StateStore::BadRecord> bad_records() const;
+  // The file of job `name`'s record (StateStore::job_path).
+  std::string job_path(const std::string& name) const { return store_.job_path(name); }
 
   // Called (outside the keeper's lock) with each failed commit's error:
   // the coordinator counts it in /metrics. Set before use.
