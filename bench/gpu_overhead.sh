@@ -26,7 +26,9 @@
 #     path's host figure), 2 ranks over NCCL when 2 GPUs are visible (NCCL
 #     refuses two ranks on one GPU; Gloo cannot send CUDA tensors);
 #     dynmo-bench-migration (the C++ trainer's SendLayer/RecvLayer over its
-#     Gloo transport; that bench has CPU tensors only).
+#     Gloo transport; that bench has CPU tensors only);
+#  4. with the time left, the host syncs of a 10-iteration DynMo run of the
+#     adapter, by line (bench/sync_audit.py).
 # A run's figure is its median tokens/s over iterations SKIP (5) to the
 # last; a mode's, the median over its rounds; "vs plain", the median of its
 # ratios to the plain run of the same round. Every run's losses are compared
@@ -261,6 +263,20 @@ fi
 for f in "$runs"/mig-*.log "$runs/cpp-migration.log"; do
   [ -f "$f" ] && grep -h 'GB/s\|refused' "$f" | sed 's/^/    /' | tee -a "$report"
 done
+
+# --- 4. the host syncs left ------------------------------------------------------------
+# One short DynMo-embedded adapter run under torch.cuda's sync debug mode:
+# every synchronizing call, by the line of DynMo's code (and the script's)
+# that made it (bench/sync_audit.py). Last: it gets what time is left.
+say ""
+say "=== 4. host syncs: bench/sync_audit.py ${adapter_cmd[*]} --coordinator=embedded (10 iterations)"
+if [ "$dev" = cuda ]; then
+  run sync-audit "$python" bench/sync_audit.py --json="$runs/sync-audit.json" \
+    "${adapter_cmd[@]/--steps=$steps/--steps=10}" --coordinator=embedded
+  sed -n '/^host syncs/,$p' "$runs/sync-audit.log" | tee -a "$report"
+else
+  say "  sync-audit: SKIP (needs CUDA)"
+fi
 
 # --- the tables ------------------------------------------------------------------------
 say ""
