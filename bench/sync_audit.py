@@ -57,7 +57,8 @@ def main(argv):
         stack = traceback.extract_stack()[:-1]
         ours = where(stack, lambda p: f"{os.sep}dynmo{os.sep}" in p)
         mine = where(stack, lambda p: p == script)
-        key = (ours, mine)
+        at = where(stack, lambda p: True)
+        key = (ours, mine, at)
         counts[key] += 1
         first_stack.setdefault(key, "".join(traceback.format_list(stack[-8:])))
 
@@ -74,14 +75,16 @@ def main(argv):
     finally:
         torch.cuda.set_sync_debug_mode("default")
     print(f"\nhost syncs (torch.cuda sync debug mode), {sum(counts.values())} in all:")
-    print(f"  {'count':>6}  {'DynMo frame':<58} script frame")
+    print(f"  {'count':>6}  {'DynMo frame':<58} {'script frame':<48} innermost frame")
     rows = []
-    for (ours, mine), n in counts.most_common():
-        print(f"  {n:>6}  {ours:<58} {mine}")
-        rows.append({"count": n, "dynmo": ours, "script": mine, "stack": first_stack[(ours, mine)]})
-    ours_total = sum(n for (o, _), n in counts.items() if o != "-")
-    print(f"  DynMo's own code: {ours_total} sync(s) at "
-          f"{sum(1 for (o, _) in counts if o != '-')} line(s)")
+    for key, n in counts.most_common():
+        ours, mine, at = key
+        print(f"  {n:>6}  {ours:<58} {mine:<48} {at}")
+        rows.append({"count": n, "dynmo": ours, "script": mine, "innermost": at,
+                     "stack": first_stack[key]})
+    ours_total = sum(n for (o, _, _), n in counts.items() if o != "-")
+    print(f"  under DynMo's code: {ours_total} sync(s) at "
+          f"{len({o for (o, _, _) in counts if o != '-'})} line(s)")
     if out:
         with open(out, "w") as f:
             json.dump(rows, f, indent=1)
