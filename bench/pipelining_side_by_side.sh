@@ -6,7 +6,9 @@
 #              blocks on rank 0, the head alone on rank 1), no coordinator;
 #   dynmo      the same start with the embedded coordinator (trigger auto,
 #              its default), which re-splits the running job live;
-# then the overhead A/B of DynMo's per-layer hooks: the static run with and
+# then static from DynMo's final split and its neighbours (the best static
+# split in hindsight, HINDSIGHT=1 by default), then the overhead A/B of
+# DynMo's per-layer hooks: the static run with and
 # without them, alternated REPS times (default 3) in this one invocation.
 # The dynamic case (DYNAMISM, default freezing) changes per-layer cost while
 # it runs. Prints the table (scripts/dynmo-report: tokens/s, imbalance,
@@ -51,6 +53,45 @@ import json, sys
 a, b = ([json.loads(l)["loss"] for l in open(p)] for p in sys.argv[1:3])
 print(f"losses identical over {len(a)} iterations: {a == b}")
 PY
+
+# The best static split in hindsight, in this invocation: static from
+# DynMo's final split and its neighbours (one layer either way on a 2-rank
+# split), each run like the first static one; DynMo against the fastest.
+# HINDSIGHT=0 leaves it out.
+if [ "${HINDSIGHT:-1}" = 1 ]; then
+  final=$(python3 -c 'import json,sys; print(",".join(map(str, [json.loads(l) for l in open(sys.argv[1])][-1]["boundaries"])))' out/pipelining-dynmo.jsonl)
+  tried=()
+  IFS=, read -r -a b <<<"$final"
+  if [ "${#b[@]}" = 3 ]; then
+    for k in $((b[1] - 1)) "${b[1]}" $((b[1] + 1)); do
+      ((k > b[0] && k < b[2])) || continue
+      split="${b[0]},$k,${b[2]}"
+      [ "$split" = "$start" ] && continue  # the static run above
+      job_split=("${job[@]/$start/$split}")
+      echo "== hindsight-$k ($split)" >&2
+      pinned_example "$venv" "out/pipelining-hindsight-$k.log" "${job_split[@]}" \
+        --coordinator none --log_json "out/pipelining-hindsight-$k.jsonl" "$@"
+      tried+=("out/pipelining-hindsight-$k.jsonl")
+    done
+  fi
+  python3 - out/pipelining-static.jsonl out/pipelining-dynmo.jsonl "${tried[@]}" <<'PY'
+import json, statistics, sys
+def rate(path):  # median tokens/s over iterations 2.. (as scripts/dynmo-report)
+    recs = [json.loads(l) for l in open(path)]
+    return statistics.median(r["tokens_per_s"] for r in recs[2:]), recs
+(static, s), (dynmo, d) = rate(sys.argv[1]), rate(sys.argv[2])
+same = all([json.loads(l)["loss"] for l in open(p)] == [r["loss"] for r in s] for p in sys.argv[3:])
+best, split = static, s[0]["boundaries"]
+for p in sys.argv[3:]:
+    r, recs = rate(p)
+    print(f"static {','.join(map(str, recs[0]['boundaries']))}: {r:,.0f} tok/s")
+    if r > best:
+        best, split = r, recs[0]["boundaries"]
+print(f"best static split in hindsight: {','.join(map(str, split))} at {best:,.0f} tok/s; "
+      f"DynMo {dynmo:,.0f}: {dynmo / best:.3f}x of it; losses of every static split "
+      f"identical: {same}")
+PY
+fi
 
 # The hooks' overhead: the same static job with and without DynMo's
 # per-layer timing, alternated so both see the same machine.

@@ -332,11 +332,9 @@ MODELS = [("torchtitan-llama3", "torchtitan.models.llama3", "torchtitan"),
           ("hf-qwen2", "transformers", "transformers Qwen2ForCausalLM"),
           ("hf-qwen2-tied", "transformers", "transformers Qwen2ForCausalLM")]
 SPLITS = [("1F1B", ONE_STAGE_PER_RANK), ("Interleaved1F1B", TWO_STAGES_PER_RANK)]
-# torchtitan's Qwen3 MoE (its router skewed on one block) under 1F1B only:
-# the suite's time budget (it passes under Interleaved1F1B as well).
+# torchtitan's Qwen3 MoE, its router skewed on one block, under both.
 MOE = ("torchtitan-qwen3-moe", "torchtitan.models.qwen3", "torchtitan")
-CASES = [(name, split) + m for name, split in SPLITS for m in MODELS] + \
-    [("1F1B", ONE_STAGE_PER_RANK) + MOE]
+CASES = [(name, split) + m for name, split in SPLITS for m in MODELS + [MOE]]
 
 
 @pytest.mark.parametrize("split_name,split,model,package,family", CASES,

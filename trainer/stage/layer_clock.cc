@@ -53,6 +53,9 @@ void LayerClock::Collect() {
     //   once per speed probe: every span's seconds for this iteration's report (elapsedTime
     //   waits no more once the last event is done). The report's world all-reduce waits at
     //   the same point, so reading the events an iteration late would save nothing yet.
+    //   cost: the run without DynMo reads its one clock per stage pass here too; the
+    //   per-layer clocks on top measured 0.999x of it (one H200, 12 blocks of hidden 1024
+    //   on one rank, 3 rounds: docs/benchmarks.md, "on a GPU").
     events_[used_ - 1].synchronize();
     for (const Pending& p : pending_) {
       *p.slot += events_[p.start].elapsedTime(events_[p.stop]) / 1e3;  // ms

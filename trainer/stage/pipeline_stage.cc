@@ -199,7 +199,8 @@ absl::Status PipelineStage::RunIteration(int64_t iter, StageIterationStats* stat
   if (!s.ok()) return s;
   FinishGradientSplit(stats);
   // host-sync(steady): once per iteration, after the step is queued: the loss for the log and
-  //   the report (with the one read of the clocks just above)
+  //   the report (with the one read of the clocks just above); cost: none of its own: the
+  //   clocks' read above has already waited.
   if (is_last()) stats->loss_sum = loss_sum_.item<double>();
   if (!config_.profile_layers && !layers_.empty()) {
     // Without per-layer clocks the stage's passes are spread evenly.
