@@ -48,7 +48,12 @@ class JobLink:
         if coordinator == "embedded":
             port = torch.zeros(1, dtype=torch.int64)  # over the CPU control group
             if dist.get_rank() == 0:
-                extra = [f"--trigger={policy.get('trigger', 'every:5')}"]
+                # A plan applies 5 iterations after the report it was decided
+                # on, as under dynmo-train's embedded coordinator: its agents
+                # are on this host, the daemon's 10 are for a remote one.
+                # The user's coordinator_flags come last and win.
+                extra = ["--plan_lead_iterations=5",
+                         f"--trigger={policy.get('trigger', 'every:5')}"]
                 if policy.get("repack"):
                     extra.append("--repack=true")
                 local = dynmo.LocalCoordinator(extra + list(flags))
