@@ -3,12 +3,13 @@
 Runs SCRIPT (e.g. examples/torch/llama_pipelining.py) in this process under
 ``torch.cuda.set_sync_debug_mode("warn")``, which makes PyTorch warn at each
 synchronizing CUDA call (a device-to-host copy, ``item``, ``tolist``,
-``nonzero``, ``torch.cuda.synchronize``, ...). Each warning is attributed to
-the innermost frame of DynMo's own code (``dynmo/``) and, separately, to the
-innermost frame of the script, and counted. A line counted about once per
-iteration is a steady-state sync; the report says which lines are DynMo's.
-Explicit ``Event.synchronize`` is not a warning of that mode: DynMo's own
-event reads are checked by scripts/host-syncs.py and python.HostSyncs.
+``nonzero``, ``torch.cuda.synchronize``, ...). Each warning is counted
+under three frames of its stack: the innermost of DynMo's own code
+(``dynmo/``), the innermost of the script, and the innermost of all (the
+line that synced: PyTorch's own when DynMo only called into it). A line
+counted about once per iteration is a steady-state sync. DynMo's own
+event reads are also checked without a GPU: scripts/host-syncs.py
+(tools.HostSyncsScannerTest) and python.Pipelining's steady-state test.
 
     python bench/sync_audit.py [--json=FILE] SCRIPT [ARGS...]
 
