@@ -79,11 +79,11 @@ import json, statistics, sys
 def rate(path):  # median tokens/s over iterations 2.. (as scripts/dynmo-report)
     recs = [json.loads(l) for l in open(path)]
     return statistics.median(r["tokens_per_s"] for r in recs[2:]), recs
-(static, s), (dynmo, d) = rate(sys.argv[1]), rate(sys.argv[2])
-same = all([json.loads(l)["loss"] for l in open(p)] == [r["loss"] for r in s] for p in sys.argv[3:])
-best, split = static, s[0]["boundaries"]
+(static, s), (dynmo, _) = rate(sys.argv[1]), rate(sys.argv[2])
+best, split, same = static, s[0]["boundaries"], True
 for p in sys.argv[3:]:
     r, recs = rate(p)
+    same = same and [x["loss"] for x in recs] == [x["loss"] for x in s]
     print(f"static {','.join(map(str, recs[0]['boundaries']))}: {r:,.0f} tok/s")
     if r > best:
         best, split = r, recs[0]["boundaries"]
