@@ -16,7 +16,8 @@
 #     window while a scheduler claims and returns a 2,000-GPU pool for 5 s
 #     (dynmo-bench-stream-attack): the daemon's peak and after resident
 #     memory, and how the streams ended (RESOURCE_EXHAUSTED: their backlog
-#     was full);
+#     was full); then the same with 1 watcher, to tell what the watchers
+#     leave behind from what the pool's traffic does;
 #  5. Sessions that never say hello: 10,000, 20,000 and 40,000 at once, held
 #     5 s each: peak and after resident memory, how they ended.
 # The kill -9 part of the attack is trainer.CoordinatorKill9Test (ctest),
@@ -191,20 +192,23 @@ echo "$pass of ${#bad[@]} exit 2 with one line"
 
 echo
 echo "== 4. $watchers WatchReleased streams that never read, a 2,000-GPU pool claimed and returned for 5 s"
-mkdir -p "$work/pool"
-"$bin/dynmo-bench-stream-attack" --mode=pool --state_dir="$work/pool" --gpus=2000 >/dev/null
-start_daemon "$work/pool"
-r0=$(rss)
-peak=$(with_peak "$bin/dynmo-bench-stream-attack" --mode=watchers \
-  --coordinator="127.0.0.1:$port" --count="$watchers" --seconds=5)
-sleep 12  # the daemon trims freed memory every 10 s
-echo "before $r0 MB; peak $peak MB; 12 s after the clients left $(rss) MB"
-echo "streams: $(cat "$work/attack.json") $(head -c 300 "$work/attack.err")"
-kill "$daemon" 2>/dev/null
-wait "$daemon" 2>/dev/null
-daemon=
+echo "   (then the same traffic with 1 watcher, a fresh daemon: what the pool's own traffic leaves behind)"
+for n in "$watchers" 1; do
+  rm -rf "$work/pool"
+  mkdir -p "$work/pool"
+  "$bin/dynmo-bench-stream-attack" --mode=pool --state_dir="$work/pool" --gpus=2000 >/dev/null
+  start_daemon "$work/pool"
+  r0=$(rss)
+  peak=$(with_peak "$bin/dynmo-bench-stream-attack" --mode=watchers \
+    --coordinator="127.0.0.1:$port" --count="$n" --seconds=5)
+  sleep 12  # the daemon trims freed memory every 10 s
+  echo "$n watchers: before $r0 MB; peak $peak MB; 12 s after the clients left $(rss) MB"
+  echo "streams: $(cat "$work/attack.json") $(head -c 300 "$work/attack.err")"
+  kill "$daemon" 2>/dev/null
+  wait "$daemon" 2>/dev/null
+  daemon=
+done
 
-echo
 echo "== 5. Sessions that never say hello (--hello_timeout_s=10), held 5 s"
 start_daemon "$work/hello"
 for n in 10000 20000 40000; do

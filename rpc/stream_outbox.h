@@ -139,6 +139,16 @@ class StreamOutbox {
     absl::MutexLock lock(&mu_);
     return finishing_;
   }
+  // Messages waiting, the write in flight included, and what they count
+  // against the byte bound (0 without one).
+  size_t waiting() {
+    absl::MutexLock lock(&mu_);
+    return queue_.size();
+  }
+  size_t waiting_bytes() {
+    absl::MutexLock lock(&mu_);
+    return queued_bytes_;
+  }
   // Whether the stream was ended for a full outbox.
   bool overflowed() {
     absl::MutexLock lock(&mu_);

@@ -115,11 +115,12 @@ ABSL_FLAG(int, max_watchers, 64,
           "WatchReleased streams served at once (no thread each); more are "
           "refused with RESOURCE_EXHAUSTED (1..100000)");
 ABSL_FLAG(int64_t, watcher_backlog_events, 16384,
-          "events that may wait for one WatchReleased reader; one that falls "
-          "further behind is ended with RESOURCE_EXHAUSTED");
+          "events one WatchReleased reader may fall behind the pool (the pool "
+          "keeps the last 4,096); one further behind is ended with "
+          "RESOURCE_EXHAUSTED");
 ABSL_FLAG(int64_t, watcher_backlog_bytes, 1 << 20,
-          "bytes that may wait for one WatchReleased reader, ~350 per event "
-          "(must hold the pool's snapshot: the default fits 2,900 released GPUs)");
+          "bytes queued for one WatchReleased reader at most, ~350 per event; "
+          "its window of events (at most 64) is held under half of it");
 ABSL_FLAG(int, max_streams_per_connection, 1024,
           "streams one client connection holds open at once (HTTP/2 "
           "MAX_CONCURRENT_STREAMS); more wait on the client's side");

@@ -43,10 +43,13 @@ void ReleasedPool::Restore(const dynmo::v1::CoordinatorState& state) {
 
 void ReleasedPool::RecordLocked(dynmo::v1::ReleasedEvent::Kind kind,
                                 const dynmo::v1::ReleasedGpu& gpu) {
+  dynmo::v1::ReleasedEvent event;
+  event.set_kind(kind);
+  *event.mutable_gpu() = gpu;
   Event e;
   e.seq = ++last_seq_;
-  e.event.set_kind(kind);
-  *e.event.mutable_gpu() = gpu;
+  e.kind = kind;
+  e.encoded = event.SerializeAsString();
   events_.push_back(std::move(e));
   while (events_.size() > kMaxEvents) events_.pop_front();
 }
@@ -227,18 +230,25 @@ absl::StatusOr<std::vector<dynmo::v1::ReleasedGpu>> ReleasedPool::Return(
   return returned;
 }
 
-std::vector<ReleasedPool::Event> ReleasedPool::WaitEvents(
-    uint64_t after, absl::Duration timeout, bool* reset) const {
+uint64_t ReleasedPool::WaitPast(uint64_t after, absl::Duration timeout) const {
   absl::MutexLock lock(&mu_);
   const uint64_t wake = wake_;
   auto ready = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
     return last_seq_ > after || wake_ != wake;
   };
   mu_.AwaitWithTimeout(absl::Condition(&ready), timeout);
-  *reset = !events_.empty() && events_.front().seq > after + 1;
+  return last_seq_;
+}
+
+std::vector<ReleasedPool::Event> ReleasedPool::EventsAfter(uint64_t after, size_t max,
+                                                          bool* behind) const {
+  absl::MutexLock lock(&mu_);
   std::vector<Event> out;
-  for (const auto& e : events_) {
-    if (e.seq > after) out.push_back(e);
+  *behind = !events_.empty() && events_.front().seq > after + 1;
+  if (*behind || events_.empty() || after >= last_seq_) return out;
+  // Sequence numbers are consecutive: the event after `after` is at this index.
+  for (size_t i = after + 1 - events_.front().seq; i < events_.size() && out.size() < max; ++i) {
+    out.push_back(events_[i]);
   }
   return out;
 }

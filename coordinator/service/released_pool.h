@@ -45,18 +45,23 @@ class ReleasedPool {
   absl::StatusOr<std::vector<dynmo::v1::ReleasedGpu>> Return(
       absl::Span<const std::string> ids, const std::string& holder);
 
-  // Events for WatchReleased. Sequence numbers start at 1. WaitEvents
-  // returns the events after `after`, waiting up to `timeout` for one; when
-  // the watcher fell too far behind, `reset` is set and the caller should
-  // re-read List().
+  // Events for WatchReleased, kept encoded (a dynmo.v1.ReleasedEvent) so
+  // that the history is small and every watcher writes the same bytes.
+  // Sequence numbers start at 1 and are consecutive.
   struct Event {
     uint64_t seq = 0;
-    dynmo::v1::ReleasedEvent event;
+    dynmo::v1::ReleasedEvent::Kind kind = dynmo::v1::ReleasedEvent::KIND_UNSPECIFIED;
+    std::string encoded;
   };
-  std::vector<Event> WaitEvents(uint64_t after, absl::Duration timeout,
-                                bool* reset) const;
+  // Waits up to `timeout` for an event after `after` (or WakeAll); returns
+  // the last sequence number.
+  uint64_t WaitPast(uint64_t after, absl::Duration timeout) const;
   uint64_t LastSeq() const;
-  // Wakes every WaitEvents (shutdown).
+  // At most `max` events after `after`, at once, in order. `behind` is set
+  // when the event right after `after` is no longer kept (the history holds
+  // the last 4,096): the caller fell behind and cannot catch up from events.
+  std::vector<Event> EventsAfter(uint64_t after, size_t max, bool* behind) const;
+  // Wakes every WaitPast (shutdown).
   void WakeAll();
 
  private:

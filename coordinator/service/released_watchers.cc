@@ -1,6 +1,7 @@
 #include "coordinator/service/released_watchers.h"
 
 #include <algorithm>
+#include <atomic>
 #include <functional>
 #include <string>
 #include <utility>
@@ -16,66 +17,124 @@ using Reactor = ReleasedWatchers::Reactor;
 using Outbox = rpc::StreamOutbox<grpc::ByteBuffer, grpc::ByteBuffer, Reactor>;
 
 // One stream's state, shared by its reactor and the registry so that the
-// notifier may wake it while the reactor is being torn down.
+// notifier may wake it while the reactor is being torn down. Events are
+// pulled from the pool's history: at most kWindowEvents wait in the outbox
+// beyond the snapshot, and more are taken as writes complete, so what a
+// slow reader costs is its cursor, not a copy of every event it has not
+// read.
 class ReleasedWatchers::Watch {
  public:
   Watch(ReleasedPool* pool, bool include_claimed, Reactor* reactor, rpc::OutboxBound backlog,
         const std::function<void()>* on_overflow)
-      : pool_(pool), include_claimed_(include_claimed), on_overflow_(on_overflow),
-        outbox_(reactor, backlog) {}
+      : pool_(pool), include_claimed_(include_claimed), max_lag_(backlog.max_messages),
+        max_bytes_(backlog.max_bytes), on_overflow_(on_overflow), outbox_(reactor, rpc::OutboxBound{0, backlog.max_bytes,
+                                                                     backlog.per_message_bytes}) {}
 
-  // Queues the pool's snapshot: the first thing a stream writes.
-  void Begin() {
-    absl::MutexLock lock(&mu_);
-    SnapshotLocked();
-    begun_ = true;
-  }
-  // Queues the pool's events after the last one queued.
-  void Wake() {
-    absl::MutexLock lock(&mu_);
-    if (!begun_) return;
-    bool reset = false;
-    std::vector<ReleasedPool::Event> events =
-        pool_->WaitEvents(seq_, absl::ZeroDuration(), &reset);
-    if (reset) {
-      SnapshotLocked();
-      return;
+  // Starts writing: `snapshot` first, then the events after it.
+  void Begin(std::shared_ptr<const Snapshot> snapshot) {
+    {
+      absl::MutexLock lock(&mu_);
+      seq_ = snapshot->seq;
+      snapshot_ = std::move(snapshot);
+      begun_ = true;
     }
-    for (ReleasedPool::Event& e : events) {
-      seq_ = e.seq;
-      if (!include_claimed_ && e.event.kind() == ReleasedEvent::CLAIMED) continue;
-      if (!Queue(e.event)) return;
+    Pump();
+  }
+
+  // Tops the outbox up from the pool's events after the last one queued.
+  // Called by the notifier and after every completed write, possibly while
+  // another thread is in here (or inline from a write this call started):
+  // whoever holds the lock rechecks `wanted_` after releasing it, so no
+  // wake-up is lost and the lock is never taken twice on one thread.
+  void Pump() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    wanted_.store(true);
+    while (wanted_.load()) {
+      if (!mu_.TryLock()) return;  // the holder will see `wanted_`
+      wanted_.store(false);
+      if (begun_) FillLocked();
+      mu_.Unlock();
     }
   }
   Outbox& outbox() { return outbox_; }
 
  private:
-  void SnapshotLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    seq_ = pool_->LastSeq();
-    for (dynmo::v1::ReleasedGpu& g : pool_->List("", include_claimed_)) {
-      ReleasedEvent e;
-      e.set_kind(ReleasedEvent::SNAPSHOT);
-      *e.mutable_gpu() = std::move(g);
-      if (!Queue(e)) return;
+  static constexpr size_t kWindowEvents = 64;
+
+  bool RoomLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return outbox_.waiting() < kWindowEvents &&
+           (max_bytes_ == 0 || outbox_.waiting_bytes() < max_bytes_ / 2);
+  }
+  void FillLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (ended_) return;
+    while (snapshot_ != nullptr && RoomLocked()) {
+      if (snapshot_at_ == snapshot_->messages.size()) {
+        snapshot_.reset();  // written: the events after it follow
+        break;
+      }
+      if (!outbox_.Write(snapshot_->messages[snapshot_at_++])) return Ended();
+    }
+    if (snapshot_ != nullptr) return;
+    while (RoomLocked()) {
+      if (max_lag_ > 0 && pool_->LastSeq() > seq_ + max_lag_) {
+        FellBehindLocked(absl::StrCat("it is ", pool_->LastSeq() - seq_,
+                                      " events behind, beyond the server's bound of ", max_lag_,
+                                      " (--watcher_backlog_events)"));
+        return;
+      }
+      bool behind = false;
+      std::vector<ReleasedPool::Event> events =
+          pool_->EventsAfter(seq_, kWindowEvents - outbox_.waiting(), &behind);
+      if (behind) {
+        FellBehindLocked("the events after the last one it was sent are no longer kept");
+        return;
+      }
+      if (events.empty()) return;
+      for (ReleasedPool::Event& e : events) {
+        seq_ = e.seq;
+        if (!include_claimed_ && e.kind == ReleasedEvent::CLAIMED) continue;
+        if (!Queue(e.encoded)) return;
+      }
     }
   }
-  // Queues one event; false once the stream is ending (a reader that fell
-  // behind by the whole backlog is ended and counted, once).
-  bool Queue(const ReleasedEvent& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (outbox_.Write(Encoded(e))) return true;
-    if (!counted_ && outbox_.overflowed()) {
-      counted_ = true;
-      if (*on_overflow_) (*on_overflow_)();
-    }
+  // Ends the stream of a reader that fell behind, and counts it once.
+  void FellBehindLocked(const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    ended_ = true;
+    outbox_.Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                "the client reads too slowly: " + why + "; reconnect and read"));
+    Count();
+  }
+  // Queues one event; false once the stream is ending.
+  bool Queue(const std::string& encoded) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    grpc::Slice slice(encoded);
+    if (outbox_.Write(std::make_shared<const grpc::ByteBuffer>(&slice, 1))) return true;
+    Ended();
     return false;
+  }
+  // The outbox refused a message: the stream is ending (counted when it
+  // was for the byte bound).
+  void Ended() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    ended_ = true;
+    snapshot_.reset();
+    if (outbox_.overflowed()) Count();
+  }
+  void Count() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (counted_) return;
+    counted_ = true;
+    if (*on_overflow_) (*on_overflow_)();
   }
 
   ReleasedPool* const pool_;
   const bool include_claimed_;
+  const size_t max_lag_;
+  const size_t max_bytes_;
   const std::function<void()>* const on_overflow_;
+  std::atomic<bool> wanted_{false};
   absl::Mutex mu_;
   bool counted_ ABSL_GUARDED_BY(mu_) = false;
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t seq_ ABSL_GUARDED_BY(mu_) = 0;
+  std::shared_ptr<const Snapshot> snapshot_ ABSL_GUARDED_BY(mu_);
+  size_t snapshot_at_ ABSL_GUARDED_BY(mu_) = 0;
   bool begun_ ABSL_GUARDED_BY(mu_) = false;
   Outbox outbox_;
 };
@@ -87,7 +146,11 @@ class ReleasedWatchers::Stream final : public Reactor {
 
   void OnWriteDone(bool ok) override {
     watch_->outbox().OnWriteDone(ok);
-    if (!ok) watch_->outbox().Finish(grpc::Status::OK);  // the client is gone
+    if (!ok) {
+      watch_->outbox().Finish(grpc::Status::OK);  // the client is gone
+      return;
+    }
+    watch_->Pump();  // the next events, from the pool's history
   }
   void OnCancel() override {
     watch_->outbox().Finish(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
@@ -143,8 +206,26 @@ Reactor* ReleasedWatchers::Open(bool include_claimed) {
     // Registered before the snapshot, so no event after it is missed.
     watches_.push_back(watch);
   }
-  watch->Begin();
+  watch->Begin(SnapshotNow(include_claimed));
   return stream;
+}
+
+std::shared_ptr<const ReleasedWatchers::Snapshot> ReleasedWatchers::SnapshotNow(
+    bool include_claimed) {
+  absl::MutexLock lock(&snapshot_mu_);
+  std::weak_ptr<const Snapshot>& cached = snapshots_[include_claimed ? 1 : 0];
+  const uint64_t seq = pool_->LastSeq();
+  if (auto s = cached.lock(); s != nullptr && s->seq == seq) return s;
+  auto s = std::make_shared<Snapshot>();
+  s->seq = seq;  // read before the list: an event in between is sent twice, never lost
+  for (dynmo::v1::ReleasedGpu& g : pool_->List("", include_claimed)) {
+    ReleasedEvent e;
+    e.set_kind(ReleasedEvent::SNAPSHOT);
+    *e.mutable_gpu() = std::move(g);
+    s->messages.push_back(Encoded(e));
+  }
+  cached = s;
+  return s;
 }
 
 void ReleasedWatchers::Remove(const Watch* watch) {
@@ -166,9 +247,7 @@ void ReleasedWatchers::Loop() {
       absl::MutexLock lock(&mu_);
       if (stopped_) return;
     }
-    bool reset = false;
-    pool_->WaitEvents(seen, absl::Seconds(1), &reset);  // or Stop's WakeAll
-    const uint64_t last = pool_->LastSeq();
+    const uint64_t last = pool_->WaitPast(seen, absl::Seconds(1));  // or Stop's WakeAll
     if (last == seen) continue;
     seen = last;
     std::vector<std::shared_ptr<Watch>> watches;
@@ -176,7 +255,7 @@ void ReleasedWatchers::Loop() {
       absl::MutexLock lock(&mu_);
       watches = watches_;
     }
-    for (const auto& w : watches) w->Wake();
+    for (const auto& w : watches) w->Pump();
   }
 }
 

@@ -1,15 +1,19 @@
 // ReleasedWatchers: the WatchReleased streams of one coordinator, served on
 // the gRPC callback API without a thread each. Each stream is a write
-// reactor with its own queue (rpc/stream_outbox.h); one notifier thread
-// waits for the released pool's next event and wakes every stream, which
-// then takes the pool's events after the last one it queued (a stream that
-// fell behind the pool's event history gets a fresh snapshot). A slow
-// reader costs only its own queue, and that queue is bounded (`backlog`, in
-// events and bytes, each event counted as its encoding plus
-// kEventOverheadBytes, what holding it costs the process): a reader that falls behind by the whole backlog is
-// ended with RESOURCE_EXHAUSTED and counted (`on_overflow`); it reconnects
-// and starts from a snapshot. At most `max_watchers` streams are open at
-// once; Open beyond that answers RESOURCE_EXHAUSTED.
+// reactor with its own queue (rpc/stream_outbox.h) and a cursor into the
+// released pool's event history; one notifier thread waits for the pool's
+// next event and wakes every stream, which then queues the events after its
+// cursor, at most a small window at a time, and takes the next ones as its
+// writes complete; the snapshot is encoded once and shared by the streams
+// that open at the same point, and written through the same window. A slow
+// reader so costs that window and its cursors, not a copy of every GPU and
+// event it has not read. A reader that falls behind by more
+// than `backlog.max_messages` events, or behind the pool's history, is ended
+// with RESOURCE_EXHAUSTED and counted (`on_overflow`); it reconnects and
+// starts from a snapshot. The window is at most 64 events and half of
+// `backlog.max_bytes` (each event counted as its encoding plus
+// kEventOverheadBytes, what holding it costs the process). At most `max_watchers` streams are open at once;
+// Open beyond that answers RESOURCE_EXHAUSTED.
 //
 // Thread-safe. Lock order: a stream's lock -> its outbox's -> the pool's;
 // the registry's lock is never held while a stream is woken or finished.
@@ -69,6 +73,13 @@ class ReleasedWatchers {
  private:
   class Watch;
   class Stream;
+  // The pool's GPUs as SNAPSHOT events, encoded once and shared by every
+  // stream that opens while the pool stays at `seq`.
+  struct Snapshot {
+    uint64_t seq = 0;
+    std::vector<std::shared_ptr<const grpc::ByteBuffer>> messages;
+  };
+  std::shared_ptr<const Snapshot> SnapshotNow(bool include_claimed);
   void Loop();
   void Remove(const Watch* watch);
 
@@ -79,6 +90,9 @@ class ReleasedWatchers {
   mutable absl::Mutex mu_;
   std::vector<std::shared_ptr<Watch>> watches_ ABSL_GUARDED_BY(mu_);
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Mutex snapshot_mu_;
+  // Held by the streams still writing them: gone once none is.
+  std::weak_ptr<const Snapshot> snapshots_[2] ABSL_GUARDED_BY(snapshot_mu_);
   std::thread notifier_;
 };
 

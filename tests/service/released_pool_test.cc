@@ -109,14 +109,43 @@ TEST_F(ReleasedPoolTest, ClaimsSurviveARestart) {
 }
 
 TEST_F(ReleasedPoolTest, WatchersSeeEventsInOrder) {
-  bool reset = false;
-  auto events = pool_->WaitEvents(0, absl::Milliseconds(10), &reset);
+  bool behind = true;
+  EXPECT_EQ(pool_->WaitPast(0, absl::Milliseconds(10)), 2u);
+  auto events = pool_->EventsAfter(0, 100, &behind);
+  EXPECT_FALSE(behind);
   ASSERT_EQ(events.size(), 2u);
-  EXPECT_EQ(events[0].event.kind(), dynmo::v1::ReleasedEvent::RELEASED);
+  EXPECT_EQ(events[0].seq, 1u);
+  EXPECT_EQ(events[0].kind, dynmo::v1::ReleasedEvent::RELEASED);
+  dynmo::v1::ReleasedEvent decoded;
+  ASSERT_TRUE(decoded.ParseFromString(events[0].encoded));
+  EXPECT_EQ(decoded.kind(), dynmo::v1::ReleasedEvent::RELEASED);
+  EXPECT_EQ(decoded.gpu().id(), "gpu-1");
   ASSERT_TRUE(pool_->Claim({"gpu-1"}, "a", 5, absl::Now()).ok());
-  events = pool_->WaitEvents(2, absl::Milliseconds(10), &reset);
+  EXPECT_EQ(pool_->WaitPast(2, absl::Milliseconds(10)), 3u);
+  events = pool_->EventsAfter(2, 100, &behind);
   ASSERT_EQ(events.size(), 1u);
-  EXPECT_EQ(events[0].event.kind(), dynmo::v1::ReleasedEvent::CLAIMED);
+  EXPECT_EQ(events[0].kind, dynmo::v1::ReleasedEvent::CLAIMED);
+  EXPECT_EQ(pool_->EventsAfter(1, 1, &behind).size(), 1u);  // at most `max`
+  EXPECT_TRUE(pool_->EventsAfter(3, 100, &behind).empty());
+  EXPECT_FALSE(behind);
+}
+
+// The history keeps the last 4,096 events: a cursor before them is behind.
+TEST_F(ReleasedPoolTest, ACursorBeforeTheHistoryIsBehind) {
+  for (int i = 0; i < 41; ++i) {
+    std::vector<dynmo::v1::ReleasedGpu> gpus;
+    for (int k = 0; k < 100; ++k) gpus.push_back(Gpu("h", 1, i * 100 + k));
+    ASSERT_TRUE(pool_->Add(std::move(gpus)).ok());
+  }
+  const uint64_t last = pool_->LastSeq();
+  ASSERT_EQ(last, 2u + 4100u);
+  bool behind = false;
+  EXPECT_TRUE(pool_->EventsAfter(0, 10, &behind).empty());
+  EXPECT_TRUE(behind);
+  auto events = pool_->EventsAfter(last - 4096, 10, &behind);  // the oldest kept is next
+  EXPECT_FALSE(behind);
+  ASSERT_EQ(events.size(), 10u);
+  EXPECT_EQ(events[0].seq, last - 4095);
 }
 
 }  // namespace

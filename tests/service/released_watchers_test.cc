@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "coordinator/service/server.h"
@@ -29,10 +30,11 @@ int Threads() {
 
 class ReleasedWatchersTest : public ::testing::Test {
  protected:
-  void Start(int max_watchers) {
+  void Start(int max_watchers, int64_t backlog_events = 16384) {
     ServerOptions o;
     o.coordinator.state_dir = dir_ = TempDir();
     o.max_watchers = max_watchers;
+    o.watcher_backlog_events = backlog_events;
     auto s = CoordinatorServer::Start(o);
     ASSERT_TRUE(s.ok()) << s.status();
     server_ = *std::move(s);
@@ -45,12 +47,16 @@ class ReleasedWatchersTest : public ::testing::Test {
     if (server_) server_->Shutdown();
     std::filesystem::remove_all(dir_);
   }
-  void Release(int rank) {
-    dynmo::v1::ReleasedGpu g;
-    g.set_job("job");
-    g.set_epoch(1);
-    g.set_rank(rank);
-    ASSERT_TRUE(server_->coordinator().pool().Add({g}).ok());
+  void Release(int rank, int count = 1) {
+    std::vector<dynmo::v1::ReleasedGpu> gpus;
+    for (int i = 0; i < count; ++i) {
+      dynmo::v1::ReleasedGpu g;
+      g.set_job("job");
+      g.set_epoch(1);
+      g.set_rank(rank + i);
+      gpus.push_back(g);
+    }
+    ASSERT_TRUE(server_->coordinator().pool().Add(std::move(gpus)).ok());
   }
   struct Watch {
     std::unique_ptr<grpc::ClientContext> context;
@@ -102,6 +108,51 @@ TEST_F(ReleasedWatchersTest, AWatcherBeyondTheCapIsRefusedWithResourceExhausted)
   EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
   EXPECT_NE(s.error_message().find("--max_watchers"), std::string::npos);
   watches_.pop_back();  // finished already
+}
+
+// The snapshot and the events are written through a small window, taken
+// from the pool as writes complete: a snapshot and a burst larger than the
+// window arrive whole and in order.
+TEST_F(ReleasedWatchersTest, ASnapshotAndABurstLargerThanTheWindowArriveWhole) {
+  Start(/*max_watchers=*/4);
+  Release(0, 300);
+  Watch& w = Open();
+  dynmo::v1::ReleasedEvent e;
+  for (int i = 0; i < 300; ++i) {
+    ASSERT_TRUE(w.reader->Read(&e)) << i;
+    EXPECT_EQ(e.kind(), dynmo::v1::ReleasedEvent::SNAPSHOT);
+    EXPECT_EQ(e.gpu().rank(), i);
+  }
+  Release(1000, 500);
+  for (int i = 0; i < 500; ++i) {
+    ASSERT_TRUE(w.reader->Read(&e)) << i;
+    EXPECT_EQ(e.kind(), dynmo::v1::ReleasedEvent::RELEASED);
+    EXPECT_EQ(e.gpu().rank(), 1000 + i);
+  }
+}
+
+// A reader further behind than --watcher_backlog_events is ended with
+// RESOURCE_EXHAUSTED naming the flag; the other watchers go on.
+TEST_F(ReleasedWatchersTest, AWatcherFurtherBehindThanItsBoundIsEnded) {
+  Start(/*max_watchers=*/4, /*backlog_events=*/4);
+  Release(100);
+  Watch& w = Open();
+  dynmo::v1::ReleasedEvent e;
+  ASSERT_TRUE(w.reader->Read(&e));  // the snapshot: the stream is open
+  Release(0, 10);  // ten events at once: ten behind
+  EXPECT_FALSE(w.reader->Read(&e));
+  const grpc::Status s = w.reader->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+  EXPECT_NE(s.error_message().find("--watcher_backlog_events"), std::string::npos);
+  watches_.pop_back();  // finished already
+  Watch& next = Open();  // reconnected: the snapshot, then what follows
+  for (int i = 0; i < 11; ++i) {
+    ASSERT_TRUE(next.reader->Read(&e)) << i;
+    EXPECT_EQ(e.kind(), dynmo::v1::ReleasedEvent::SNAPSHOT);
+  }
+  Release(20, 2);
+  ASSERT_TRUE(next.reader->Read(&e));
+  EXPECT_EQ(e.kind(), dynmo::v1::ReleasedEvent::RELEASED);
 }
 
 TEST_F(ReleasedWatchersTest, ShutdownEndsEveryWatcher) {
