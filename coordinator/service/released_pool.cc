@@ -162,14 +162,19 @@ absl::StatusOr<std::vector<dynmo::v1::ReleasedGpu>> ReleasedPool::Claim(
 absl::StatusOr<std::vector<dynmo::v1::ReleasedGpu>> ReleasedPool::UpdateLocked(
     const std::vector<size_t>& index, dynmo::v1::ReleasedEvent::Kind kind,
     const std::function<void(dynmo::v1::ReleasedGpu&)>& change) {
-  const auto before = gpus_;
+  std::vector<dynmo::v1::ReleasedGpu> before;  // the changed ones only
+  before.reserve(index.size());
   std::vector<dynmo::v1::ReleasedGpu> out;
+  out.reserve(index.size());
   for (size_t i : index) {
+    before.push_back(gpus_[i]);
     change(gpus_[i]);
     out.push_back(gpus_[i]);
   }
   if (absl::Status s = CommitLocked(); !s.ok()) {
-    gpus_ = before;  // nothing durable changed, so nothing changes in memory
+    // Nothing durable changed, so nothing changes in memory (in reverse: an
+    // index named twice gets its first value back).
+    for (size_t k = index.size(); k-- > 0;) gpus_[index[k]] = std::move(before[k]);
     return s;
   }
   for (const auto& g : out) RecordLocked(kind, g);
