@@ -1,6 +1,7 @@
 #include "coordinator/service/agent_service.h"
 
 #include <memory>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/service/host_session.h"
@@ -143,28 +144,38 @@ class RefusedStream final : public grpc::ServerBidiReactor<In, Out> {
 
 }  // namespace
 
+grpc::Status AgentServiceImpl::Done(const char* method, const grpc::Status& status) {
+  if (!status.ok()) coordinator_->metrics().RpcError(method, GrpcCodeName(status.error_code()));
+  return status;
+}
+
+// Register and RegisterHost: the agents' credentials first, then the bytes,
+// then `join(request, response, principal)` (the job registry's call).
+template <typename Request, typename Response, typename Join>
+grpc::ServerUnaryReactor* AgentServiceImpl::ServeRegistration(
+    const char* method, grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response, Join join) {
+  Principal caller;  // served inline: outlives the call below
+  return ServeAdmittedRawUnary<Request, Response>(
+      context, request, response,
+      [&](const grpc::ServerContextBase& c) {
+        return auth_->CheckStatus(c, Role::kAgent, &caller);
+      },
+      [&](const grpc::ServerContextBase&, const Request& rq, Response* rs) {
+        return Done(method,
+                    ToGrpcStatus(join(rq, rs, caller.identified ? caller.name : "").status()));
+      },
+      [&](const grpc::Status& s) { return Done(method, s); });
+}
+
 grpc::ServerUnaryReactor* AgentServiceImpl::Register(grpc::CallbackServerContext* context,
                                                      const grpc::ByteBuffer* request,
                                                      grpc::ByteBuffer* response) {
-  grpc::Status s = DoRegister(*context, *request, response);
-  if (!s.ok()) coordinator_->metrics().RpcError("Register", GrpcCodeName(s.error_code()));
-  auto* reactor = context->DefaultReactor();
-  reactor->Finish(s);
-  return reactor;
-}
-
-grpc::Status AgentServiceImpl::DoRegister(const grpc::CallbackServerContext& context,
-                                          const grpc::ByteBuffer& raw,
-                                          grpc::ByteBuffer* raw_response) {
-  Principal caller;
-  if (grpc::Status s = auth_->CheckStatus(context, Role::kAgent, &caller); !s.ok()) return s;
-  dynmo::v1::RegisterRequest request;
-  if (grpc::Status s = Decode(raw, &request); !s.ok()) return s;
-  dynmo::v1::RegisterResponse response;
-  absl::StatusOr<std::shared_ptr<JobState>> job = coordinator_->jobs().Register(
-      request, &response, caller.identified ? caller.name : "");
-  if (!job.ok()) return ToGrpcStatus(job.status());
-  return Encode(response, raw_response);
+  return ServeRegistration<dynmo::v1::RegisterRequest, dynmo::v1::RegisterResponse>(
+      "Register", context, request, response,
+      [this](const auto& rq, auto* rs, const std::string& principal) {
+        return coordinator_->jobs().Register(rq, rs, principal);
+      });
 }
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* AgentServiceImpl::Session(
@@ -181,25 +192,11 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* AgentServiceImpl::S
 grpc::ServerUnaryReactor* AgentServiceImpl::RegisterHost(grpc::CallbackServerContext* context,
                                                          const grpc::ByteBuffer* request,
                                                          grpc::ByteBuffer* response) {
-  grpc::Status s = DoRegisterHost(*context, *request, response);
-  if (!s.ok()) coordinator_->metrics().RpcError("RegisterHost", GrpcCodeName(s.error_code()));
-  auto* reactor = context->DefaultReactor();
-  reactor->Finish(s);
-  return reactor;
-}
-
-grpc::Status AgentServiceImpl::DoRegisterHost(const grpc::CallbackServerContext& context,
-                                              const grpc::ByteBuffer& raw,
-                                              grpc::ByteBuffer* raw_response) {
-  Principal caller;
-  if (grpc::Status s = auth_->CheckStatus(context, Role::kAgent, &caller); !s.ok()) return s;
-  dynmo::v1::RegisterHostRequest request;
-  if (grpc::Status s = Decode(raw, &request); !s.ok()) return s;
-  dynmo::v1::RegisterHostResponse response;
-  absl::StatusOr<std::shared_ptr<JobState>> job = coordinator_->jobs().RegisterHost(
-      request, &response, caller.identified ? caller.name : "");
-  if (!job.ok()) return ToGrpcStatus(job.status());
-  return Encode(response, raw_response);
+  return ServeRegistration<dynmo::v1::RegisterHostRequest, dynmo::v1::RegisterHostResponse>(
+      "RegisterHost", context, request, response,
+      [this](const auto& rq, auto* rs, const std::string& principal) {
+        return coordinator_->jobs().RegisterHost(rq, rs, principal);
+      });
 }
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* AgentServiceImpl::HostSession(

@@ -56,11 +56,14 @@ class AgentServiceImpl final
       grpc::CallbackServerContext* context) override;
 
  private:
-  // The calls once decoded: credentials, then the registration.
-  grpc::Status DoRegister(const grpc::CallbackServerContext& context,
-                          const grpc::ByteBuffer& raw, grpc::ByteBuffer* raw_response);
-  grpc::Status DoRegisterHost(const grpc::CallbackServerContext& context,
-                              const grpc::ByteBuffer& raw, grpc::ByteBuffer* raw_response);
+  // `status`, counted in the RPC error metric when it is not OK.
+  grpc::Status Done(const char* method, const grpc::Status& status);
+  // A registration through ServeAdmittedRawUnary (agent_service.cc).
+  template <typename Request, typename Response, typename Join>
+  grpc::ServerUnaryReactor* ServeRegistration(const char* method,
+                                              grpc::CallbackServerContext* context,
+                                              const grpc::ByteBuffer* request,
+                                              grpc::ByteBuffer* response, Join join);
 
   Coordinator* coordinator_;
   const Authenticator* auth_;

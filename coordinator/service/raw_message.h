@@ -9,6 +9,7 @@
 #define DYNMO_COORDINATOR_SERVICE_RAW_MESSAGE_H_
 
 #include <memory>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "grpcpp/server_context.h"
@@ -41,20 +42,28 @@ std::shared_ptr<const grpc::ByteBuffer> Encoded(const Message& message) {
   return raw;
 }
 
-// A unary call whose request came as raw bytes: decoded, served by
+// A unary call whose request came as raw bytes: admitted by
+// `admit(context)` first (credentials: a caller it refuses is answered
+// before its bytes are read), then decoded, served by
 // `serve(context, request, response)` inline on gRPC's callback thread (for
-// calls that never wait on others), its response encoded. Bytes that do not
-// decode are INVALID_ARGUMENT, handed to `undecodable(status)` first (the
-// service counts the refusal there) and never served.
-template <typename Request, typename Response, typename Serve, typename Undecodable>
-grpc::ServerUnaryReactor* ServeRawUnary(grpc::CallbackServerContext* context,
-                                        const grpc::ByteBuffer* raw_request,
-                                        grpc::ByteBuffer* raw_response, Serve serve,
-                                        Undecodable undecodable) {
+// calls that never wait on others), its response encoded. A refused caller
+// and bytes that do not decode (INVALID_ARGUMENT) are handed to
+// `refused(status)` first (the service counts the refusal there) and never
+// served.
+template <typename Request, typename Response, typename Admit, typename Serve,
+          typename Refused>
+grpc::ServerUnaryReactor* ServeAdmittedRawUnary(grpc::CallbackServerContext* context,
+                                                const grpc::ByteBuffer* raw_request,
+                                                grpc::ByteBuffer* raw_response, Admit admit,
+                                                Serve serve, Refused refused) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (grpc::Status s = admit(static_cast<const grpc::ServerContextBase&>(*context)); !s.ok()) {
+    reactor->Finish(refused(s));
+    return reactor;
+  }
   Request request;
   if (grpc::Status s = Decode(*raw_request, &request); !s.ok()) {
-    reactor->Finish(undecodable(s));
+    reactor->Finish(refused(s));
     return reactor;
   }
   Response response;
@@ -62,6 +71,19 @@ grpc::ServerUnaryReactor* ServeRawUnary(grpc::CallbackServerContext* context,
   if (status.ok()) status = Encode(response, raw_response);
   reactor->Finish(status);
   return reactor;
+}
+
+// The same for calls whose `serve` checks the caller itself (it may depend
+// on the request: an operator's scope is the job it names).
+template <typename Request, typename Response, typename Serve, typename Undecodable>
+grpc::ServerUnaryReactor* ServeRawUnary(grpc::CallbackServerContext* context,
+                                        const grpc::ByteBuffer* raw_request,
+                                        grpc::ByteBuffer* raw_response, Serve serve,
+                                        Undecodable undecodable) {
+  return ServeAdmittedRawUnary<Request, Response>(
+      context, raw_request, raw_response,
+      [](const grpc::ServerContextBase&) { return grpc::Status::OK; }, std::move(serve),
+      std::move(undecodable));
 }
 
 }  // namespace dynmo::service

@@ -137,6 +137,26 @@ TEST_F(RefusalsApiTest, ARefusedClaimIsFailedPreconditionWhateverItsSizeInABound
   EXPECT_EQ(refused, 2);
 }
 
+// One unary call of `method` with raw `bytes`, bearer `token` (none when
+// empty); its status.
+grpc::Status RawUnary(grpc::GenericStub& stub, const std::string& method,
+                      const std::string& token, const std::string& bytes) {
+  grpc::ClientContext ctx;
+  if (!token.empty()) agent::AddBearerToken(&ctx, token);
+  grpc::Slice slice(bytes);
+  grpc::ByteBuffer req(&slice, 1), resp;
+  absl::Notification done;
+  grpc::Status status;
+  stub.UnaryCall(&ctx, method, grpc::StubOptions(), &req, &resp, [&](grpc::Status s) {
+    status = s;
+    done.Notify();
+  });
+  done.WaitForNotification();
+  return status;
+}
+
+const std::string kGarbage("\xff\xff\xff\xff\x0f not a protobuf", 20);
+
 TEST_F(RefusalsApiTest, BytesThatDoNotDecodeAreInvalidArgument) {
   grpc::GenericStub stub(channel_);
   // Every method with one request: gRPC's own decoding said UNIMPLEMENTED
@@ -154,20 +174,24 @@ TEST_F(RefusalsApiTest, BytesThatDoNotDecodeAreInvalidArgument) {
                              "/dynmo.v1.SchedulerService/ListPlacements",
                              // server streaming: one request, then the stream
                              "/dynmo.v1.SchedulerService/WatchReleased"}) {
-    grpc::ClientContext ctx;
-    agent::AddBearerToken(&ctx, "train-a-token-0123456");
-    const std::string garbage("\xff\xff\xff\xff\x0f not a protobuf", 20);
-    grpc::Slice slice(garbage);
-    grpc::ByteBuffer req(&slice, 1), resp;
-    absl::Notification done;
-    grpc::Status status;
-    stub.UnaryCall(&ctx, method, grpc::StubOptions(), &req, &resp, [&](grpc::Status s) {
-      status = s;
-      done.Notify();
-    });
-    done.WaitForNotification();
+    const grpc::Status status = RawUnary(stub, method, "train-a-token-0123456", kGarbage);
     EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
         << method << ": " << status.error_message();
+  }
+}
+
+// The agents' registrations check credentials before they read the bytes:
+// garbage from a caller without the agents' token is UNAUTHENTICATED, not
+// INVALID_ARGUMENT (nothing is decoded for a stranger).
+TEST_F(RefusalsApiTest, RegistrationsCheckCredentialsBeforeDecoding) {
+  grpc::GenericStub stub(channel_);
+  for (const char* method :
+       {"/dynmo.v1.AgentService/Register", "/dynmo.v1.AgentService/RegisterHost"}) {
+    for (const char* token : {"", "not-the-agents-token-0123"}) {
+      const grpc::Status status = RawUnary(stub, method, token, kGarbage);
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED)
+          << method << " token '" << token << "': " << status.error_message();
+    }
   }
 }
 
