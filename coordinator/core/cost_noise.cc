@@ -39,6 +39,11 @@ void NoiseTracker::Reset(double sample) {
   samples_ = 1;
 }
 
+void NoiseTracker::Restart(double sample) {
+  Reset(sample);
+  restarted_ = true;
+}
+
 void NoiseTracker::Add(double sample, double weight) {
   if (!std::isfinite(sample) || !(weight > 0)) return;
   if (samples_ == 0 || weight >= 1) {

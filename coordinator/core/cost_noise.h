@@ -29,14 +29,18 @@ namespace dynmo::core {
 class NoiseTracker {
  public:
   void Reset(double sample);
+  // Reset for a changed layer; restarted() says one happened.
+  void Restart(double sample);
   void Add(double sample, double weight);
   double sd() const;          // sample standard deviation, >= 0
   int samples() const { return samples_; }  // since the last Reset, capped
+  bool restarted() const { return restarted_; }
 
  private:
   double mean_ = 0;
   double var_ = 0;
   int samples_ = 0;
+  bool restarted_ = false;  // in the padding: the tracker stays 24 bytes
 };
 
 // The standard deviation of an EWMA mean with new-sample weight `smoothing`

@@ -50,7 +50,7 @@ absl::Status CostProfile::Add(int replica, const LayerCost& sample,
   LayerCost& c = costs_[r][i];
   NoiseTracker& noise = noise_[r][i];
   if (model_changed) {
-    noise.Reset(sample.time_s());
+    noise.Restart(sample.time_s());
   } else {
     noise.Add(sample.time_s(), options_.noise_smoothing);
   }
@@ -61,9 +61,15 @@ absl::Status CostProfile::Add(int replica, const LayerCost& sample,
     return absl::OkStatus();
   }
   const double w = model_changed ? 1.0 : options_.smoothing;
-  c.fwd_s = Smooth(c.fwd_s, sample.fwd_s, w);
-  c.bwd_s = Smooth(c.bwd_s, sample.bwd_s, w);
-  c.wgrad_s = Smooth(c.wgrad_s, sample.wgrad_s, w);
+  if (!noise.restarted() && noise.samples() == 2) {  // the job's second sample of it
+    c.fwd_s = std::min(c.fwd_s, sample.fwd_s);
+    c.bwd_s = std::min(c.bwd_s, sample.bwd_s);
+    c.wgrad_s = std::min(c.wgrad_s, sample.wgrad_s);
+  } else {
+    c.fwd_s = Smooth(c.fwd_s, sample.fwd_s, w);
+    c.bwd_s = Smooth(c.bwd_s, sample.bwd_s, w);
+    c.wgrad_s = Smooth(c.wgrad_s, sample.wgrad_s, w);
+  }
   c.params = sample.params;
   c.resident_bytes = Smooth64(c.resident_bytes, sample.resident_bytes, w);
   c.activation_bytes = Smooth64(c.activation_bytes, sample.activation_bytes, w);

@@ -4,8 +4,12 @@
 // Every data-parallel replica runs the same layers, and each rank reports
 // the per-layer costs of its own stage. CostProfile keeps one smoothed cost
 // per (replica, layer): the first sample of a (replica, layer), or one taken
-// right after the model changed, replaces the estimate; later ones are
-// smoothed in (an EWMA of weight `smoothing`). Beside each cost it tracks the
+// right after the model changed, replaces the estimate; the job's second
+// one replaces it with the smaller of the two (a time is slowed by
+// interference, never sped up: a one-off stall in the first two samples, a
+// warm-up hiccup, must not decide the first plan); later ones are smoothed
+// in (an EWMA of weight `smoothing`, so that bursty costs count at their
+// mean). Beside each cost it tracks the
 // spread of the layer's time samples (cost_noise.h). Once every (replica,
 // layer) has been seen, Model() combines the replicas (CombineReplicaProfiles:
 // max per field, the slowest replica paces the step) and sizes each stage

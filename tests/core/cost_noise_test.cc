@@ -125,5 +125,18 @@ TEST(GainNoiseTest, AReshapeCandidateIsOverItsOwnStagesAndScaled) {
                    .ok());
 }
 
+// A job of thousands of replicas keeps a tracker per (replica, layer): the
+// restart flag lives in the padding (service.SixtyFourLargestJobsTest).
+TEST(NoiseTrackerTest, ARestartIsRememberedWithoutGrowingTheTracker) {
+  EXPECT_LE(sizeof(NoiseTracker), 24u);
+  NoiseTracker t;
+  t.Add(1.0, 0.1);
+  EXPECT_FALSE(t.restarted());
+  t.Restart(2.0);
+  EXPECT_TRUE(t.restarted());
+  EXPECT_EQ(t.samples(), 1);
+  EXPECT_EQ(t.sd(), 0);
+}
+
 }  // namespace
 }  // namespace dynmo::core

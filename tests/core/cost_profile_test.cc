@@ -52,29 +52,62 @@ TEST(CostProfileTest, NoModelUntilEveryReplicaReportedEveryLayer) {
   EXPECT_TRUE(p.Model(TwoStages()).ok());
 }
 
-TEST(CostProfileTest, FirstSampleIsTakenAsIsAndLaterOnesAreSmoothed) {
-  CostProfile p(1, 1, CostProfileOptions{/*smoothing=*/0.5, 0.1});
-  ASSERT_TRUE(p.Add(0, Sample(0, 0.10, 100), false).ok());
-  ASSERT_TRUE(p.Add(0, Sample(0, 0.20, 201), false).ok());
+// The model of a 1-replica, 1-layer profile.
+LayerCost Only(const CostProfile& p) {
   PipelineShape shape;
   shape.stages.resize(1);
   shape.boundaries = {0, 1};
   absl::StatusOr<PipelineModel> m = p.Model(shape);
-  ASSERT_TRUE(m.ok()) << m.status();
-  EXPECT_DOUBLE_EQ(m->layers[0].fwd_s, 0.15);
-  EXPECT_DOUBLE_EQ(m->layers[0].bwd_s, 0.30);
-  EXPECT_EQ(m->layers[0].resident_bytes, 151);  // llround(150.5)
-  EXPECT_EQ(m->layers[0].params, 7);
+  EXPECT_TRUE(m.ok()) << m.status();
+  return m.ok() ? m->layers[0] : LayerCost{};
+}
+
+TEST(CostProfileTest, FirstSampleIsTakenAsIsTheSecondKeepsTheSmallerBytesAreSmoothed) {
+  CostProfile p(1, 1, CostProfileOptions{/*smoothing=*/0.5, 0.1});
+  ASSERT_TRUE(p.Add(0, Sample(0, 0.10, 100), false).ok());
+  EXPECT_DOUBLE_EQ(Only(p).fwd_s, 0.10);
+  ASSERT_TRUE(p.Add(0, Sample(0, 0.20, 201), false).ok());
+  const LayerCost c = Only(p);
+  EXPECT_DOUBLE_EQ(c.fwd_s, 0.10);
+  EXPECT_DOUBLE_EQ(c.bwd_s, 0.20);
+  EXPECT_EQ(c.resident_bytes, 151);  // llround(150.5): bytes are smoothed as they come
+  EXPECT_EQ(c.params, 7);
+}
+
+// From the third sample on, samples are smoothed in as they come: a cost
+// that bursts every few iterations counts at its mean.
+TEST(CostProfileTest, LaterSamplesAreSmoothedIn) {
+  CostProfile p(1, 1, CostProfileOptions{/*smoothing=*/0.5, 0.1});
+  for (double t : {0.10, 0.12, 0.14}) ASSERT_TRUE(p.Add(0, Sample(0, t), false).ok());
+  EXPECT_DOUBLE_EQ(Only(p).fwd_s, 0.5 * 0.10 + 0.5 * 0.14);
+  ASSERT_TRUE(p.Add(0, Sample(0, 0.40), false).ok());
+  EXPECT_DOUBLE_EQ(Only(p).fwd_s, 0.5 * 0.12 + 0.5 * 0.40);
+}
+
+// A stall on the second sample (a 4.5x forward, as a warm-up hiccup
+// recorded on the adapter's second iteration, which decided its first plan
+// on a 1F1B run) moves no estimate: the first plan is not decided on it.
+TEST(CostProfileTest, AStallOnTheSecondSampleMovesNoEstimate) {
+  CostProfile p(1, 1, CostProfileOptions{/*smoothing=*/0.5, 0.1});
+  ASSERT_TRUE(p.Add(0, Sample(0, 0.05), false).ok());
+  ASSERT_TRUE(p.Add(0, Sample(0, 0.225), false).ok());
+  EXPECT_DOUBLE_EQ(Only(p).fwd_s, 0.05);
+  // A slow first sample (the warm-up iteration) gives way to the second.
+  CostProfile q(1, 1, CostProfileOptions{/*smoothing=*/0.5, 0.1});
+  ASSERT_TRUE(q.Add(0, Sample(0, 0.30), false).ok());
+  ASSERT_TRUE(q.Add(0, Sample(0, 0.05), false).ok());
+  EXPECT_DOUBLE_EQ(Only(q).fwd_s, 0.05);
 }
 
 TEST(CostProfileTest, AModelChangeReplacesTheEstimate) {
   CostProfile p(1, 1, CostProfileOptions{/*smoothing=*/0.5, 0.1});
   ASSERT_TRUE(p.Add(0, Sample(0, 0.10), false).ok());
   ASSERT_TRUE(p.Add(0, Sample(0, 0.40), /*model_changed=*/true).ok());
-  PipelineShape shape;
-  shape.stages.resize(1);
-  shape.boundaries = {0, 1};
-  EXPECT_DOUBLE_EQ(p.Model(shape)->layers[0].fwd_s, 0.40);
+  EXPECT_DOUBLE_EQ(Only(p).fwd_s, 0.40);
+  // Only the job's second sample keeps the smaller: after a change, later
+  // samples are smoothed in (a change is followed at once).
+  ASSERT_TRUE(p.Add(0, Sample(0, 0.30), false).ok());
+  EXPECT_DOUBLE_EQ(Only(p).fwd_s, 0.35);
 }
 
 TEST(CostProfileTest, ReplicasCombineByTheSlowest) {
