@@ -209,6 +209,7 @@ for n in "$watchers" 1; do
   daemon=
 done
 
+echo
 echo "== 5. Sessions that never say hello (--hello_timeout_s=10), held 5 s"
 start_daemon "$work/hello"
 for n in 10000 20000 40000; do

@@ -57,7 +57,7 @@ grpc::ServerUnaryReactor* ServeAdmittedRawUnary(grpc::CallbackServerContext* con
                                                 grpc::ByteBuffer* raw_response, Admit admit,
                                                 Serve serve, Refused refused) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (grpc::Status s = admit(static_cast<const grpc::ServerContextBase&>(*context)); !s.ok()) {
+  if (grpc::Status s = admit(*context); !s.ok()) {
     reactor->Finish(refused(s));
     return reactor;
   }

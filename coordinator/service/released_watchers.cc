@@ -26,9 +26,12 @@ class ReleasedWatchers::Watch {
  public:
   Watch(ReleasedPool* pool, bool include_claimed, Reactor* reactor, rpc::OutboxBound backlog,
         const std::function<void()>* on_overflow)
-      : pool_(pool), include_claimed_(include_claimed), max_lag_(backlog.max_messages),
-        max_bytes_(backlog.max_bytes), on_overflow_(on_overflow), outbox_(reactor, rpc::OutboxBound{0, backlog.max_bytes,
-                                                                     backlog.per_message_bytes}) {}
+      : pool_(pool),
+        include_claimed_(include_claimed),
+        max_lag_(backlog.max_messages),
+        max_bytes_(backlog.max_bytes),
+        on_overflow_(on_overflow),
+        outbox_(reactor, rpc::OutboxBound{0, backlog.max_bytes, backlog.per_message_bytes}) {}
 
   // Starts writing: `snapshot` first, then the events after it.
   void Begin(std::shared_ptr<const Snapshot> snapshot) {
@@ -75,8 +78,8 @@ class ReleasedWatchers::Watch {
     }
     if (snapshot_ != nullptr) return;
     while (RoomLocked()) {
-      if (max_lag_ > 0 && pool_->LastSeq() > seq_ + max_lag_) {
-        FellBehindLocked(absl::StrCat("it is ", pool_->LastSeq() - seq_,
+      if (const uint64_t last = pool_->LastSeq(); max_lag_ > 0 && last > seq_ + max_lag_) {
+        FellBehindLocked(absl::StrCat("it is ", last - seq_,
                                       " events behind, beyond the server's bound of ", max_lag_,
                                       " (--watcher_backlog_events)"));
         return;
