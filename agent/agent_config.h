@@ -14,7 +14,7 @@
 
 #include "absl/time/time.h"
 #include "agent/channel.h"
-#include "coordinator/core/cost_model.h"
+#include "core/cost_model.h"
 #include "grpcpp/channel.h"
 
 namespace dynmo::agent {

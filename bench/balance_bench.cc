@@ -5,8 +5,8 @@
 
 #include <random>
 
-#include "coordinator/core/partition.h"
-#include "coordinator/core/repack.h"
+#include "core/partition.h"
+#include "core/repack.h"
 
 namespace dynmo::core {
 namespace {

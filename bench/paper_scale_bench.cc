@@ -22,9 +22,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
-#include "coordinator/core/elastic_replay.h"
-#include "coordinator/core/partition.h"
-#include "coordinator/core/scenario.h"
+#include "core/elastic_replay.h"
+#include "core/partition.h"
+#include "core/scenario.h"
 #include "nlohmann/json.hpp"
 
 ABSL_FLAG(std::string, cases, "pruning,freezing,sparse-attention,early-exit,moe,mod",

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/core/rank_speed.h"
+#include "core/rank_speed.h"
 #include "tests/core/seeded_noise.h"
 
 namespace {

@@ -38,7 +38,7 @@
 #include "agent/channel.h"
 #include "agent/client_credentials.h"
 #include "cli/address.h"
-#include "coordinator/core/realized_gain.h"
+#include "core/realized_gain.h"
 #include "cli/coordinator_flags.h"
 #include "cli/flag_parse.h"
 #include "cli/program_info.h"

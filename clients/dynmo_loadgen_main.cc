@@ -50,8 +50,8 @@
 #include "cli/program_info.h"
 #include "clients/loadgen_relays.h"
 #include "clients/loadgen_trace.h"
-#include "coordinator/core/partition.h"
-#include "coordinator/core/trace.h"
+#include "core/partition.h"
+#include "core/trace.h"
 #include "nlohmann/json.hpp"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:50051", "coordinator address");

@@ -6,9 +6,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "coordinator/core/measures.h"
-#include "coordinator/core/scenario.h"
-#include "coordinator/formats/trace_json.h"
+#include "core/measures.h"
+#include "core/scenario.h"
+#include "formats/trace_json.h"
 
 namespace dynmo::clients {
 

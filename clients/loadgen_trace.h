@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "coordinator/core/trace.h"
+#include "core/trace.h"
 
 namespace dynmo::clients {
 

@@ -25,32 +25,32 @@ import sys
 ALLOWED = {
     "cli": {"cli"},
     "storage": {"storage"},
-    "coordinator/core": {"coordinator/core"},
-    "coordinator/formats": {"coordinator/core", "coordinator/formats"},
+    "core": {"core"},
+    "formats": {"core", "formats"},
     # dynmo-sim replays through the coordinator's own job machine.
-    "coordinator/tools": {"coordinator/core", "coordinator/formats", "coordinator/tools",
+    "coordinator/tools": {"core", "formats", "coordinator/tools",
                           "coordinator/job", "dynmo/v1", "cli", "wire"},
     # The pure job machine: no daemon, no logger, no metrics.
-    "coordinator/job": {"coordinator/core", "coordinator/job", "dynmo/v1", "wire"},
+    "coordinator/job": {"core", "coordinator/job", "dynmo/v1", "wire"},
     # The one codec between the core's structs and the dynmo.v1 messages.
-    "wire": {"wire", "coordinator/core", "dynmo/v1"},
-    "coordinator/service": {"coordinator/core", "coordinator/formats", "coordinator/job",
+    "wire": {"wire", "core", "dynmo/v1"},
+    "coordinator/service": {"core", "formats", "coordinator/job",
                             "coordinator/service", "dynmo/v1", "cli", "rpc", "wire", "storage"},
     # The agent reads the --coordinator_* flags' struct (client_credentials.h).
-    "agent": {"agent", "coordinator/core", "dynmo/v1", "cli", "rpc", "wire"},
+    "agent": {"agent", "core", "dynmo/v1", "cli", "rpc", "wire"},
     # The node relay: a server for the agents, a client of the coordinator.
     "relay": {"relay", "agent", "dynmo/v1", "rpc", "wire"},
     "rpc": {"rpc"},
-    "clients": {"clients", "agent", "relay", "coordinator/core", "coordinator/formats",
+    "clients": {"clients", "agent", "relay", "core", "formats",
                 "dynmo/v1", "cli", "rpc", "wire"},
     "launcher": {"launcher", "agent", "relay", "coordinator/service", "coordinator/job",
-                 "coordinator/core",
+                 "core",
                  "dynmo/v1", "cli", "rpc", "wire"},
     "kernels": {"kernels"},
     # trainer/ itself holds no sources, only its floors (TRAINER_FLOORS).
     "trainer": set(),
     # The Python binding (dynmo._core): the agent and the tools' decision code.
-    "python": {"python", "agent", "coordinator/core", "coordinator/formats",
+    "python": {"python", "agent", "core", "formats",
                "coordinator/tools", "coordinator/job", "dynmo/v1", "wire"},
     # dynmo._nccl_double: the trainer's NCCL test double (trainer/comm/
     # nccl_double.h) bound as a torch.distributed backend, with LibTorch and
@@ -62,7 +62,7 @@ ALLOWED = {
 # trainer may use; an include of a floor above it is an upward arrow.
 TRAINER_FLOORS = ["data", "layout", "config", "comm", "model", "state", "dynamism",
                   "stage", "elastic", "run"]
-TRAINER_USES = {"agent", "coordinator/core", "coordinator/formats", "kernels", "dynmo/v1",
+TRAINER_USES = {"agent", "core", "formats", "kernels", "dynmo/v1",
                 "cli", "wire", "storage"}
 for _i, _floor in enumerate(TRAINER_FLOORS):
     ALLOWED["trainer/" + _floor] = TRAINER_USES | {"trainer/" + f
@@ -72,7 +72,7 @@ for _i, _floor in enumerate(TRAINER_FLOORS):
 TRAINER_PLAIN = {"trainer/data", "trainer/layout", "trainer/config"}
 # Folders whose own code may include any of ours (they test or measure it).
 ANYTHING = {"tests", "bench", "examples"}
-OURS = ["cli", "storage", "rpc", "coordinator/core", "coordinator/formats", "coordinator/tools",
+OURS = ["cli", "storage", "rpc", "core", "formats", "coordinator/tools",
         "coordinator/job", "coordinator/service", "agent", "relay", "clients", "launcher", "kernels",
         "trainer", "python", "dynmo/v1", "wire", "tests", "bench"] + [
             "trainer/" + f for f in TRAINER_FLOORS]
@@ -82,8 +82,8 @@ TORCH_ALLOWED = ({"trainer/" + f for f in TRAINER_FLOORS} - TRAINER_PLAIN) | ANY
 # External libraries the pure layers must not see.
 NO_IO = {
     "cli": ("grpc", "grpcpp/", "google/protobuf/", "nlohmann/"),
-    "coordinator/core": ("grpc", "grpcpp/", "google/protobuf/", "nlohmann/", "prometheus/"),
-    "coordinator/formats": ("grpc", "grpcpp/", "google/protobuf/", "prometheus/"),
+    "core": ("grpc", "grpcpp/", "google/protobuf/", "nlohmann/", "prometheus/"),
+    "formats": ("grpc", "grpcpp/", "google/protobuf/", "prometheus/"),
     "kernels": ("grpc", "grpcpp/", "google/protobuf/", "nlohmann/"),
     "storage": ("grpc", "grpcpp/", "google/protobuf/", "nlohmann/", "prometheus/", "spdlog/"),
     # The job machine speaks protobuf messages and nothing else of the wire.

@@ -6,7 +6,7 @@
 #ifndef DYNMO_WIRE_LAYER_CODEC_H_
 #define DYNMO_WIRE_LAYER_CODEC_H_
 
-#include "coordinator/core/cost_model.h"
+#include "core/cost_model.h"
 #include "dynmo/v1/agent.pb.h"
 
 namespace dynmo::wire {

@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/core/boundaries.h"
-#include "coordinator/core/migration.h"
-#include "coordinator/core/repack.h"
+#include "core/boundaries.h"
+#include "core/migration.h"
+#include "core/repack.h"
 #include "dynmo/v1/plan.pb.h"
 
 namespace dynmo::wire {

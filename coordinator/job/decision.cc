@@ -4,8 +4,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "coordinator/core/measures.h"
-#include "coordinator/core/partition.h"
+#include "core/measures.h"
+#include "core/partition.h"
 
 namespace dynmo::service {
 namespace {

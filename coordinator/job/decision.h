@@ -14,11 +14,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "coordinator/core/boundaries.h"
-#include "coordinator/core/cost_model.h"
-#include "coordinator/core/migration.h"
-#include "coordinator/core/repack.h"
-#include "coordinator/core/reshape.h"
+#include "core/boundaries.h"
+#include "core/cost_model.h"
+#include "core/migration.h"
+#include "core/repack.h"
+#include "core/reshape.h"
 #include "coordinator/job/policy.h"
 #include "wire/plan_codec.h"
 

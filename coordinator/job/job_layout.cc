@@ -2,7 +2,7 @@
 
 #include <utility>
 
-#include "coordinator/core/partition.h"
+#include "core/partition.h"
 
 namespace dynmo::service {
 

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/core/boundaries.h"
-#include "coordinator/core/pipeline_sim.h"
+#include "core/boundaries.h"
+#include "core/pipeline_sim.h"
 #include "dynmo/v1/agent.pb.h"
 
 namespace dynmo::service {

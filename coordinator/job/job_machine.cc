@@ -171,6 +171,8 @@ void JobMachine::ApplyReport(int rank, const dynmo::v1::IterationReport& report,
     cost.wgrad_s *= speed.speed;
     profile_.Add(r.data_parallel_rank, cost, speed.rebase).IgnoreError();
   }
+  speeds_.OnStage(rank, r.data_parallel_rank, layers, profile_,
+                  options_.noise_smoothing, speed.rebase);
   roster_.RecordReport(rank, report, active);
   rebalancer_.OnReport(report.iteration(), report.model_changed() || speed.speed_moved);
   ++reports_;
@@ -250,7 +252,8 @@ void JobMachine::Tick(absl::Time now, JobEffects* out) {
       std::move(speeds), IterationsLeft(), speeds_.Rising(roster_, layout_),
       plans_.predictions().size() > 0
           ? CalibratedMinGain(options_.auto_options, plans_.predictions())
-          : -1.0});
+          : -1.0,
+      speeds_.Warming(roster_, layout_), speeds_.NoiseInflation(roster_, layout_)});
   for (double s : rebalancer_.TakeDecisionLatencies()) out->decision_latency_s.push_back(s);
   if (!proposal) return;
   absl::StatusOr<dynmo::v1::Plan> issued =

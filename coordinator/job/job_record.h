@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "absl/status/statusor.h"
-#include "coordinator/core/cost_model.h"
+#include "core/cost_model.h"
 #include "coordinator/job/job_layout.h"
 #include "coordinator/job/plan_lifecycle.h"
 #include "coordinator/job/rank_roster.h"

@@ -5,8 +5,8 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "coordinator/core/rebalance_trigger.h"
-#include "coordinator/core/stage_program.h"
+#include "core/rebalance_trigger.h"
+#include "core/stage_program.h"
 
 namespace dynmo::service {
 namespace {

@@ -4,9 +4,9 @@
 #include <utility>
 #include <vector>
 
-#include "coordinator/core/partition.h"
-#include "coordinator/core/pipeline_sim.h"
-#include "coordinator/core/stage_program.h"
+#include "core/partition.h"
+#include "core/pipeline_sim.h"
+#include "core/stage_program.h"
 #include "coordinator/job/job_replay_run.h"
 #include "coordinator/job/replay_bounds.h"
 

@@ -17,9 +17,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "coordinator/core/pipeline_sim.h"
-#include "coordinator/core/probe_cadence.h"
-#include "coordinator/core/reshape.h"
+#include "core/pipeline_sim.h"
+#include "core/probe_cadence.h"
+#include "core/reshape.h"
 #include "coordinator/job/job_replay.h"
 
 namespace dynmo::service::replay_internal {

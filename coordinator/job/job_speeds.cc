@@ -11,7 +11,8 @@ JobSpeeds::JobSpeeds(const std::string& job, int ranks, int num_layers,
       speeds_(ranks, options),
       overlaps_(ranks, num_layers, options.overlap),
       exchange_s_(static_cast<size_t>(std::max(0, ranks)), 0.0),
-      rebase_costs_(exchange_s_.size(), 0) {}
+      rebase_costs_(exchange_s_.size(), 0),
+      correlation_(exchange_s_.size()) {}
 
 JobSpeeds::Reported JobSpeeds::OnReport(int rank, const dynmo::v1::IterationReport& report,
                                         const std::vector<core::LayerCost>& raw,
@@ -109,6 +110,42 @@ bool JobSpeeds::Rising(const RankRoster& roster, const JobLayout& layout) const 
     }
   }
   return false;
+}
+
+bool JobSpeeds::Warming(const RankRoster& roster, const JobLayout& layout) const {
+  for (int k = 0; k < roster.size(); ++k) {
+    const RosterRank& r = roster.at(k);
+    if (r.registered && RankRoster::IsActiveStage(layout.active_stages, r.pipeline_rank) &&
+        speeds_.probes(k) > 0 && !speeds_.warm(k)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+void JobSpeeds::OnStage(int rank, int replica, const std::vector<core::LayerCost>& layers,
+                        const core::CostProfile& profile, double weight, bool rebase) {
+  if (layers.empty() || rank < 0 || rank >= static_cast<int>(correlation_.size())) return;
+  double stage_s = 0, layer_var = 0;
+  int first = layers.front().id;
+  for (const core::LayerCost& l : layers) {
+    stage_s += l.time_s();
+    layer_var += profile.SampleVariance(replica, l.id);
+    first = std::min(first, l.id);
+  }
+  correlation_[static_cast<size_t>(rank)].Add(stage_s, layer_var, first,
+                                               static_cast<int>(layers.size()), weight, rebase);
+}
+
+double JobSpeeds::NoiseInflation(const RankRoster& roster, const JobLayout& layout) const {
+  double inflation = 1;
+  for (int k = 0; k < roster.size() && k < static_cast<int>(correlation_.size()); ++k) {
+    const RosterRank& r = roster.at(k);
+    if (r.registered && RankRoster::IsActiveStage(layout.active_stages, r.pipeline_rank)) {
+      inflation = std::max(inflation, correlation_[static_cast<size_t>(k)].inflation());
+    }
+  }
+  return inflation;
 }
 
 double JobSpeeds::Exchange(const RankRoster& roster, const JobLayout& layout) const {

@@ -1,7 +1,8 @@
 // JobSpeeds: how fast each rank of one job runs, as the job's reports show
 // it — the speed probes (core::RankSpeeds), the same layers timed on
 // several ranks as their correction (core::LayerOverlaps), each rank's
-// exchanges per micro-batch at speed 1 — and what follows for the layers'
+// exchanges per micro-batch at speed 1, how far its layers' noise moves
+// together (core::StageCorrelation) — and what follows for the layers'
 // costs: a rank whose speed moved has its smoothed costs started again
 // (a rank_speed event per move). JobMachine feeds it every active rank's
 // report and prices its PipelineModel with it.
@@ -14,9 +15,11 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/core/cost_model.h"
-#include "coordinator/core/layer_overlap.h"
-#include "coordinator/core/rank_speed.h"
+#include "core/cost_model.h"
+#include "core/cost_noise.h"
+#include "core/cost_profile.h"
+#include "core/layer_overlap.h"
+#include "core/rank_speed.h"
 #include "coordinator/job/job_effects.h"
 #include "coordinator/job/job_layout.h"
 #include "coordinator/job/rank_roster.h"
@@ -41,6 +44,14 @@ class JobSpeeds {
                     const std::vector<core::LayerCost>& raw, int microbatches,
                     JobEffects* out);
 
+  // After the report's layers went into `profile` (at speed 1, `rebase` as
+  // OnReport said): the rank's stage time beside its layers' spreads.
+  void OnStage(int rank, int replica, const std::vector<core::LayerCost>& layers,
+               const core::CostProfile& profile, double weight, bool rebase);
+  // The largest StageCorrelation::inflation() of an active rank: how much
+  // more than independent the job's layer noise adds up. O(ranks).
+  double NoiseInflation(const RankRoster& roster, const JobLayout& layout) const;
+
   const core::RankSpeeds& ranks() const { return speeds_; }
   // Each active rank's speed by position, active stage index * dp +
   // replica (DecisionInput::rank_speeds); 1 where a rank has not
@@ -50,6 +61,10 @@ class JobSpeeds {
   // Whether an active rank's probes say it may have sped up, not yet
   // confirmed (core::RankSpeeds::may_be_faster). O(ranks).
   bool Rising(const RankRoster& roster, const JobLayout& layout) const;
+  // Whether an active rank has probed but not yet as often as a speed
+  // needs (core::RankSpeedOptions::warmup): its layers are priced at speed
+  // 1 until then. O(ranks).
+  bool Warming(const RankRoster& roster, const JobLayout& layout) const;
   // Every stage's exchanges per micro-batch at speed 1: what the active
   // rank that waits least measured (the bottleneck's are nearly all
   // sending and receiving); 0 when none did.
@@ -70,6 +85,8 @@ class JobSpeeds {
   // Per rank: its speed moved since its last report, so its layers'
   // smoothed costs and noise start again from its next one.
   std::vector<char> rebase_costs_;
+  // Per rank: its stage's time against its layers' spreads.
+  std::vector<core::StageCorrelation> correlation_;
 };
 
 }  // namespace dynmo::service

@@ -12,7 +12,7 @@
 #include <limits>
 #include <optional>
 
-#include "coordinator/core/realized_gain.h"
+#include "core/realized_gain.h"
 
 namespace dynmo::service {
 

@@ -39,10 +39,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "coordinator/core/partition.h"
-#include "coordinator/core/realized_gain.h"
-#include "coordinator/core/rebalance_trigger.h"
-#include "coordinator/core/reshape.h"
+#include "core/partition.h"
+#include "core/realized_gain.h"
+#include "core/rebalance_trigger.h"
+#include "core/reshape.h"
 
 namespace dynmo::service {
 

@@ -5,7 +5,7 @@
 #define DYNMO_COORDINATOR_JOB_PROTO_CONVERT_H_
 
 #include "absl/status/statusor.h"
-#include "coordinator/core/cost_model.h"
+#include "core/cost_model.h"
 #include "coordinator/job/policy.h"
 #include "dynmo/v1/agent.pb.h"
 #include "dynmo/v1/operator.pb.h"

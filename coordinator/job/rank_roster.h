@@ -21,7 +21,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "coordinator/core/cost_profile.h"
+#include "core/cost_profile.h"
 #include "coordinator/job/session_sink.h"
 #include "dynmo/v1/agent.pb.h"
 #include "dynmo/v1/plan.pb.h"

@@ -2,10 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "coordinator/core/cost_noise.h"
+#include "core/cost_noise.h"
 
 namespace dynmo::service {
 
@@ -80,6 +81,10 @@ std::optional<Proposal> Rebalancer::Consider(const RebalanceContext& context) {
     note_ = "waiting for every active rank to connect";
     return std::nullopt;  // keep the trigger armed
   }
+  if (policy_.trigger.kind == Trigger::Kind::kAuto && context.speed_warming) {
+    note_ = "a rank's speed is still being probed: waiting for it";
+    return std::nullopt;  // keep the trigger armed
+  }
   if (policy_.trigger.kind == Trigger::Kind::kAuto && context.speed_rising) {
     note_ = "a rank's speed probes came in faster: waiting for them to confirm a change";
     return std::nullopt;  // keep the trigger armed
@@ -115,7 +120,11 @@ std::optional<Proposal> Rebalancer::Consider(const RebalanceContext& context) {
 }
 
 bool Rebalancer::AutoGatePasses(const RebalanceContext& context, const Decision& d,
-                                const std::vector<double>& layer_noise) {
+                                std::vector<double> layer_noise) {
+  if (context.noise_inflation > 1) {
+    const double scale = std::sqrt(context.noise_inflation);
+    for (double& sd : layer_noise) sd *= scale;
+  }
   AutoInput ai;
   ai.current_bottleneck_s = d.previous_bottleneck_s;
   ai.candidate_bottleneck_s = d.predicted_bottleneck_s;

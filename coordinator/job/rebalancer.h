@@ -18,9 +18,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "coordinator/core/cost_model.h"
-#include "coordinator/core/cost_profile.h"
-#include "coordinator/core/measures.h"
+#include "core/cost_model.h"
+#include "core/cost_profile.h"
+#include "core/measures.h"
 #include "coordinator/job/decision.h"
 #include "coordinator/job/job_layout.h"
 #include "coordinator/job/policy.h"
@@ -54,6 +54,16 @@ struct RebalanceContext {
   // The job's minimum relative gain for auto (CalibratedMinGain); < 0:
   // AutoOptions::min_relative_gain.
   double min_relative_gain = -1;
+  // An active rank has begun probing but has no speed yet (its first
+  // probes, core::ProbeCadenceOptions::start_probes): priced at speed 1, a
+  // straggler's layers look heavy in themselves and a plan now would stop
+  // short of the split its speed calls for; auto waits the few iterations
+  // its probes take.
+  bool speed_warming = false;
+  // How much more than independent the layers' noise adds up on the
+  // noisiest rank (JobSpeeds::NoiseInflation, >= 1): the auto gate's gain
+  // noise is priced with the layers' deviations times its square root.
+  double noise_inflation = 1;
 };
 
 // A decision to issue, with the plan's reason.
@@ -121,9 +131,10 @@ class Rebalancer {
                                   const JobLayout& layout, int full_stages,
                                   int data_parallel, const std::vector<double>& rank_speeds,
                                   double near_tie = 0);
-  // `layer_noise`: the profile's LayerNoise(), read once per evaluation.
+  // `layer_noise`: the profile's LayerNoise(), read once per evaluation
+  // (a copy: scaled by the job's noise inflation here).
   bool AutoGatePasses(const RebalanceContext& context, const Decision& d,
-                      const std::vector<double>& layer_noise);
+                      std::vector<double> layer_noise);
 
   Policy policy_;
   AutoOptions auto_options_;

@@ -7,7 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "coordinator/core/partition.h"
+#include "core/partition.h"
 
 namespace dynmo::service {
 namespace {

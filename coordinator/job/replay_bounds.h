@@ -32,8 +32,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "coordinator/core/cost_model.h"
-#include "coordinator/core/reshape.h"
+#include "core/cost_model.h"
+#include "core/reshape.h"
 
 namespace dynmo::service {
 

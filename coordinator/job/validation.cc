@@ -6,9 +6,9 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
-#include "coordinator/core/boundaries.h"
-#include "coordinator/core/cost_model.h"
-#include "coordinator/core/pipeline_sim.h"
+#include "core/boundaries.h"
+#include "core/cost_model.h"
+#include "core/pipeline_sim.h"
 
 namespace dynmo::service {
 namespace {

@@ -24,7 +24,7 @@
 #include "cli/address.h"
 #include "cli/flag_parse.h"
 #include "cli/program_info.h"
-#include "coordinator/core/partition.h"
+#include "core/partition.h"
 #include "coordinator/service/event_log.h"
 #include "coordinator/job/policy.h"
 #include "coordinator/job/validation.h"

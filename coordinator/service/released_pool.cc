@@ -1,8 +1,11 @@
 #include "coordinator/service/released_pool.h"
 
 #include <algorithm>
-
 #include <utility>
+
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -48,6 +51,7 @@ void ReleasedPool::RecordLocked(dynmo::v1::ReleasedEvent::Kind kind,
   *event.mutable_gpu() = gpu;
   Event e;
   e.seq = ++last_seq_;
+  if (watchers_ == 0) return;  // nobody can read it
   e.kind = kind;
   e.encoded = event.SerializeAsString();
   events_.push_back(std::move(e));
@@ -261,6 +265,28 @@ std::vector<ReleasedPool::Event> ReleasedPool::EventsAfter(uint64_t after, size_
 uint64_t ReleasedPool::LastSeq() const {
   absl::MutexLock lock(&mu_);
   return last_seq_;
+}
+
+void ReleasedPool::AddWatcher() {
+  absl::MutexLock lock(&mu_);
+  ++watchers_;
+}
+
+void ReleasedPool::RemoveWatcher() {
+  std::deque<Event> dropped;
+  {
+    absl::MutexLock lock(&mu_);
+    if (watchers_ > 0) --watchers_;
+    if (watchers_ > 0) return;
+    dropped.swap(events_);
+  }
+  dropped.clear();
+#if defined(__GLIBC__)
+  // The history's strings were allocated on whichever gRPC thread recorded
+  // them, spread over glibc's per-thread arenas; only a trim returns those
+  // pages. Once per last watcher leaving, not per event.
+  malloc_trim(0);
+#endif
 }
 
 void ReleasedPool::WakeAll() {

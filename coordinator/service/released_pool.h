@@ -61,6 +61,14 @@ class ReleasedPool {
   // when the event right after `after` is no longer kept (the history holds
   // the last 4,096): the caller fell behind and cannot catch up from events.
   std::vector<Event> EventsAfter(uint64_t after, size_t max, bool* behind) const;
+  // The history is kept only while a watcher may read it: between a
+  // watcher's AddWatcher (called before it reads LastSeq for its snapshot)
+  // and its RemoveWatcher. Without one, events are numbered and not kept;
+  // when the last one leaves the history is dropped and the allocator is
+  // asked to return the free memory to the system, so a burst of watched
+  // traffic leaves nothing behind once its watchers are gone.
+  void AddWatcher();
+  void RemoveWatcher();
   // Wakes every WaitPast (shutdown).
   void WakeAll();
 
@@ -86,6 +94,7 @@ class ReleasedPool {
   std::deque<Event> events_ ABSL_GUARDED_BY(mu_);
   uint64_t last_seq_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t wake_ ABSL_GUARDED_BY(mu_) = 0;
+  int watchers_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace dynmo::service

@@ -209,6 +209,7 @@ Reactor* ReleasedWatchers::Open(bool include_claimed) {
     // Registered before the snapshot, so no event after it is missed.
     watches_.push_back(watch);
   }
+  pool_->AddWatcher();  // the pool keeps its events from before the snapshot on
   watch->Begin(SnapshotNow(include_claimed));
   return stream;
 }
@@ -232,10 +233,16 @@ std::shared_ptr<const ReleasedWatchers::Snapshot> ReleasedWatchers::SnapshotNow(
 }
 
 void ReleasedWatchers::Remove(const Watch* watch) {
-  absl::MutexLock lock(&mu_);
-  watches_.erase(std::remove_if(watches_.begin(), watches_.end(),
-                                [&](const std::shared_ptr<Watch>& w) { return w.get() == watch; }),
-                 watches_.end());
+  size_t removed;
+  {
+    absl::MutexLock lock(&mu_);
+    const auto gone =
+        std::remove_if(watches_.begin(), watches_.end(),
+                       [&](const std::shared_ptr<Watch>& w) { return w.get() == watch; });
+    removed = static_cast<size_t>(watches_.end() - gone);
+    watches_.erase(gone, watches_.end());
+  }
+  for (size_t i = 0; i < removed; ++i) pool_->RemoveWatcher();
 }
 
 int ReleasedWatchers::open() const {

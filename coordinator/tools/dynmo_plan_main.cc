@@ -7,7 +7,7 @@
 //              [--current SPLIT] [--layout-format FORMAT[,FORMAT...]] [FILE]
 //
 // --current and --layout-format read and write a split the way torchtitan,
-// Megatron-LM and DeepSpeed take it (coordinator/formats/plan_formats.h).
+// Megatron-LM and DeepSpeed take it (formats/plan_formats.h).
 //
 // Every input or usage error prints one line on stderr and exits with 2.
 #include <fstream>

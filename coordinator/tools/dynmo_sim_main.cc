@@ -33,8 +33,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "cli/program_info.h"
-#include "coordinator/core/pipeline_sim.h"
-#include "coordinator/formats/trace_json.h"
+#include "core/pipeline_sim.h"
+#include "formats/trace_json.h"
 #include "coordinator/tools/cli_args.h"
 #include "coordinator/tools/sim_command.h"
 

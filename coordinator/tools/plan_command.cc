@@ -6,10 +6,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "coordinator/core/measures.h"
-#include "coordinator/core/migration.h"
-#include "coordinator/core/repack.h"
-#include "coordinator/formats/problem_json.h"
+#include "core/measures.h"
+#include "core/migration.h"
+#include "core/repack.h"
+#include "formats/problem_json.h"
 
 namespace dynmo::tools {
 namespace {

@@ -19,8 +19,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "coordinator/core/partition.h"
-#include "coordinator/formats/plan_formats.h"
+#include "core/partition.h"
+#include "formats/plan_formats.h"
 #include "coordinator/tools/cli_args.h"
 #include "nlohmann/json.hpp"
 

@@ -9,8 +9,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "coordinator/core/replay.h"
-#include "coordinator/core/trace.h"
+#include "core/replay.h"
+#include "core/trace.h"
 #include "coordinator/job/job_replay.h"
 #include "nlohmann/json.hpp"
 

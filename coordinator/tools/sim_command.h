@@ -17,9 +17,9 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "coordinator/core/pipeline_sim.h"
-#include "coordinator/core/replay.h"
-#include "coordinator/core/trace.h"
+#include "core/pipeline_sim.h"
+#include "core/replay.h"
+#include "core/trace.h"
 #include "coordinator/tools/cli_args.h"
 #include "nlohmann/json.hpp"
 

@@ -16,7 +16,7 @@ in model order, virtual stages included. ::
     [0, 4, 6, 8, 9, 10]
 
 This is the C++ codec behind ``dynmo-plan --current`` and ``--layout-format``
-(coordinator/formats/plan_formats.h), so a split with no boundaries (an
+(formats/plan_formats.h), so a split with no boundaries (an
 unknown module, a layer in no stage or in two, a stage that is empty or not
 contiguous, a malformed layout, Megatron MTP layers) raises
 ``InvalidArgumentError``, a ValueError, with dynmo-plan's one-line message.

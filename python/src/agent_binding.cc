@@ -14,7 +14,7 @@
 #include "agent/agent.h"
 #include "agent/agent_config.h"
 #include "agent/operator_client.h"
-#include "coordinator/core/probe_cadence.h"
+#include "core/probe_cadence.h"
 #include "pybind11/stl.h"
 #include "python/src/status_error.h"
 #include "wire/plan_codec.h"
@@ -196,12 +196,14 @@ agent::ChannelOptions Channel(const std::string& tls_ca, const std::string& tls_
 void BindAgent(py::module_& m) {
   py::class_<core::ProbeCadence>(
       m, "ProbeCadence",
-      "core::ProbeCadence: when a rank runs the speed probe (watched: every "
-      "`every` iterations; steady: every `steady_every`).")
+      "core::ProbeCadence: when a rank runs the speed probe (each of its first "
+      "`start_probes` iterations; watched: every `every` iterations; steady: every "
+      "`steady_every`).")
       .def(py::init([](int every, int steady_every, int watch_probes, double min_change,
-                       double sigmas, int confirmations, double smoothing) {
+                       double sigmas, int confirmations, double smoothing, int start_probes) {
              core::ProbeCadenceOptions o;
              o.every = every;
+             o.start_probes = start_probes;
              o.steady_every = steady_every;
              o.watch_probes = watch_probes;
              o.min_change = min_change;
@@ -217,7 +219,8 @@ void BindAgent(py::module_& m) {
            py::arg("min_change") = core::ProbeCadenceOptions{}.min_change,
            py::arg("sigmas") = core::ProbeCadenceOptions{}.sigmas,
            py::arg("confirmations") = core::ProbeCadenceOptions{}.confirmations,
-           py::arg("smoothing") = core::ProbeCadenceOptions{}.smoothing)
+           py::arg("smoothing") = core::ProbeCadenceOptions{}.smoothing,
+           py::arg("start_probes") = core::ProbeCadenceOptions{}.start_probes)
       .def("should_probe", &core::ProbeCadence::ShouldProbe, py::arg("iteration"),
            py::arg("layer_seconds"), py::arg("layers_changed"),
            "Called once per iteration, in order: whether to run the probe now.")

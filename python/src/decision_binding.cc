@@ -8,8 +8,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "coordinator/core/pipeline_sim.h"
-#include "coordinator/formats/plan_formats.h"
+#include "core/pipeline_sim.h"
+#include "formats/plan_formats.h"
 #include "coordinator/tools/cli_args.h"
 #include "coordinator/tools/plan_command.h"
 #include "coordinator/tools/sim_command.h"

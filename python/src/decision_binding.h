@@ -9,7 +9,7 @@
 //   split_write(format: str, boundaries: list[int]) -> str
 //   split_read(format: str, value_json: str, num_layers=-1, num_stages=-1) -> list[int]
 //
-// split_* are the plan formats' codec (coordinator/formats/plan_formats.h):
+// split_* are the plan formats' codec (formats/plan_formats.h):
 // a split as torchtitan, Megatron or DeepSpeed take it, to and from
 // boundaries, as JSON text.
 //

@@ -10,7 +10,7 @@
 #include <set>
 
 #include "coordinator/service/embedded_coordinator.h"
-#include "coordinator/core/partition.h"
+#include "core/partition.h"
 #include "gtest/gtest.h"
 #include "tests/agent/test_coordinator.h"
 

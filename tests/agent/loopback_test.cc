@@ -6,7 +6,7 @@
 
 #include "agent/agent.h"
 #include "coordinator/service/embedded_coordinator.h"
-#include "coordinator/core/partition.h"
+#include "core/partition.h"
 #include "gtest/gtest.h"
 #include "tests/agent/test_coordinator.h"
 

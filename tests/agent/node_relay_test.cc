@@ -14,7 +14,7 @@
 
 #include "agent/agent.h"
 #include "agent/operator_client.h"
-#include "coordinator/core/partition.h"
+#include "core/partition.h"
 #include "coordinator/service/embedded_coordinator.h"
 #include "dynmo/v1/agent.grpc.pb.h"
 #include "grpcpp/create_channel.h"

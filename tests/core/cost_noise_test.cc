@@ -1,8 +1,9 @@
-#include "coordinator/core/cost_noise.h"
+#include "core/cost_noise.h"
 
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -136,6 +137,57 @@ TEST(NoiseTrackerTest, ARestartIsRememberedWithoutGrowingTheTracker) {
   EXPECT_TRUE(t.restarted());
   EXPECT_EQ(t.samples(), 1);
   EXPECT_EQ(t.sd(), 0);
+}
+
+
+// One rank's five layers, 1 s each, for `n` reports: each layer scatters
+// by `own` (relative sd, independent) and all five by `shared` together (a
+// neighbour on the core). Returns the tracker's inflation.
+double Inflation(double own, double shared, int n, uint32_t seed, int restart_at = -1) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> normal(0, 1);
+  std::vector<NoiseTracker> layers(5);
+  StageCorrelation stage;
+  for (int it = 0; it < n; ++it) {
+    const double common = shared * normal(rng);
+    double sum = 0, var = 0;
+    for (NoiseTracker& layer : layers) {
+      const double t = 1 + common + own * normal(rng);
+      layer.Add(t, 0.1);
+      sum += t;
+      var += layer.sd() * layer.sd();
+    }
+    stage.Add(sum, var, 0, 5, 0.1, it == restart_at);
+  }
+  return stage.inflation();
+}
+
+TEST(StageCorrelationTest, IndependentLayersAddUpAsIndependent) {
+  for (uint32_t seed = 1; seed <= 5; ++seed) {
+    EXPECT_LT(Inflation(0.1, 0.0, 400, seed), 2.2) << "seed " << seed;
+  }
+}
+
+TEST(StageCorrelationTest, LayersSlowedTogetherAddUpToTheirCount) {
+  for (uint32_t seed = 1; seed <= 5; ++seed) {
+    EXPECT_GT(Inflation(0.02, 0.1, 400, seed), 3.0) << "seed " << seed;
+    EXPECT_LE(Inflation(0.0, 0.1, 400, seed), 5.0) << "never above the layer count";
+  }
+}
+
+TEST(StageCorrelationTest, SaysNothingUntilEnoughReportsAndStartsAgainOnARestart) {
+  EXPECT_EQ(Inflation(0.02, 0.1, StageCorrelation::kMinSamples - 1, 1), 1.0);
+  EXPECT_EQ(Inflation(0.02, 0.1, 400, 1, /*restart_at=*/395), 1.0);
+  StageCorrelation stage;
+  for (int it = 0; it < 50; ++it) stage.Add(it % 2 ? 6.0 : 4.0, 0.01, 0, 5, 0.1, false);
+  EXPECT_EQ(stage.inflation(), 5.0) << "clamped to the layer count";
+  stage.Add(5.0, 0.01, 1, 5, 0.1, false);  // other layers: a new stage
+  EXPECT_EQ(stage.inflation(), 1.0);
+  StageCorrelation quiet;
+  for (int it = 0; it < 50; ++it) quiet.Add(5.0, 0.0, 0, 5, 0.1, false);
+  EXPECT_EQ(quiet.inflation(), 1.0) << "no spread anywhere";
+  quiet.Add(std::numeric_limits<double>::quiet_NaN(), 0.0, 0, 5, 0.1, false);
+  EXPECT_EQ(quiet.inflation(), 1.0);
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-#include "coordinator/core/cost_profile.h"
+#include "core/cost_profile.h"
 
 #include <cstdint>
 #include <vector>

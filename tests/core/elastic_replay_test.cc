@@ -1,7 +1,7 @@
 // Elastic replay: the five modes on traces whose answers are known by hand —
 // a model that never changes, one whose back half gets cheaper, one whose
 // memory shrinks so a shorter pipeline fits — plus smoothing and refusals.
-#include "coordinator/core/elastic_replay.h"
+#include "core/elastic_replay.h"
 
 #include <gtest/gtest.h>
 

@@ -1,11 +1,11 @@
-#include "coordinator/core/layer_overlap.h"
+#include "core/layer_overlap.h"
 
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <vector>
 
-#include "coordinator/core/rank_speed.h"
+#include "core/rank_speed.h"
 #include "gtest/gtest.h"
 #include "tests/core/seeded_noise.h"
 

@@ -1,13 +1,13 @@
 // Cost model and measures: stage time with speeds and link, replica
 // combination, imbalance, lower bounds, predicted bubble ratio.
-#include "coordinator/core/measures.h"
+#include "core/measures.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
 
-#include "coordinator/core/partition.h"
+#include "core/partition.h"
 
 namespace dynmo::core {
 namespace {

@@ -1,6 +1,6 @@
 // Migration plans: exactly the layers whose owner changes, their bytes, and
 // rounds in which no stage is in two transfers.
-#include "coordinator/core/migration.h"
+#include "core/migration.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <random>
 #include <set>
 
-#include "coordinator/core/partition.h"
+#include "core/partition.h"
 
 namespace dynmo::core {
 namespace {

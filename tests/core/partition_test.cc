@@ -1,6 +1,6 @@
 // Partitioners: public vectors, properties of every method, and the exact
 // partitioner cross-checked against brute force on thousands of instances.
-#include "coordinator/core/partition.h"
+#include "core/partition.h"
 
 #include <gtest/gtest.h>
 
@@ -10,8 +10,8 @@
 #include <limits>
 #include <random>
 
-#include "coordinator/core/measures.h"
-#include "coordinator/core/migration.h"
+#include "core/measures.h"
+#include "core/migration.h"
 
 namespace dynmo::core {
 namespace {

@@ -1,4 +1,4 @@
-#include "coordinator/core/pipeline_sim.h"
+#include "core/pipeline_sim.h"
 
 #include <algorithm>
 #include <cmath>

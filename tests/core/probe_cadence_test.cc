@@ -1,6 +1,6 @@
-// ProbeCadence (coordinator/core/probe_cadence.h): when a rank runs the speed probe.
+// ProbeCadence (core/probe_cadence.h): when a rank runs the speed probe.
 // Deterministic: the layer times are seeded.
-#include "coordinator/core/probe_cadence.h"
+#include "core/probe_cadence.h"
 
 #include <cmath>
 #include <cstdint>
@@ -43,7 +43,25 @@ ProbeCadenceOptions Small() {
   o.every = 5;
   o.steady_every = 25;
   o.watch_probes = 4;
+  o.start_probes = 0;  // the watch and steady paces alone
   return o;
+}
+
+TEST(ProbeCadenceTest, ProbesEachOfTheFirstIterationsThenWatchesAndSettles) {
+  // By default a rank probes on its first five iterations (a speed for the
+  // coordinator before its first plan), within the watch, then on at the
+  // watched pace while the watch lasts and at the steady pace after.
+  ProbeCadenceOptions o;
+  o.steady_every = 25;
+  ProbeCadence c(o);
+  EXPECT_THAT(Probes(c, 0, 100, [](int64_t) { return 0.5; }),
+              ElementsAre(0, 1, 2, 3, 4, 9, 14, 19, 24, 29, 34, 39, 64, 89));
+  // The start is counted from the first iteration the rank sees.
+  o.watch_probes = 4;
+  o.start_probes = 3;
+  ProbeCadence resumed(o);
+  EXPECT_THAT(Probes(resumed, 500, 560, [](int64_t) { return 0.5; }),
+              ElementsAre(500, 501, 502, 507, 532, 557));
 }
 
 TEST(ProbeCadenceTest, WatchesFromTheStartThenProbesAtTheSteadyPace) {
@@ -138,6 +156,7 @@ TEST(ProbeCadenceTest, BadOptionsAreRefusedInOneLine) {
   };
   EXPECT_TRUE(ValidateProbeCadenceOptions({}).ok());
   EXPECT_THAT(msg([](auto& o) { o.every = -1; }), HasSubstr("every must be >= 0"));
+  EXPECT_THAT(msg([](auto& o) { o.start_probes = -1; }), HasSubstr("start_probes"));
   EXPECT_THAT(msg([](auto& o) { o.steady_every = 2; }), HasSubstr("steady_every must be >="));
   EXPECT_THAT(msg([](auto& o) { o.watch_probes = 0; }), HasSubstr("watch_probes"));
   EXPECT_THAT(msg([](auto& o) { o.min_change = std::nan(""); }), HasSubstr("min_change"));

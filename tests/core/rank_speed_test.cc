@@ -1,4 +1,4 @@
-#include "coordinator/core/rank_speed.h"
+#include "core/rank_speed.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,9 +7,9 @@
 #include <cstdint>
 #include <limits>
 
-#include "coordinator/core/cost_model.h"
-#include "coordinator/core/measures.h"
-#include "coordinator/core/partition.h"
+#include "core/cost_model.h"
+#include "core/measures.h"
+#include "core/partition.h"
 #include "gtest/gtest.h"
 #include "tests/core/seeded_noise.h"
 

@@ -1,4 +1,4 @@
-#include "coordinator/core/realized_gain.h"
+#include "core/realized_gain.h"
 
 #include <cmath>
 #include <limits>
@@ -55,6 +55,31 @@ TEST(RealizedGainTest, TooFewStepTimesMeasureNothing) {
       << "only 22 and 23 after the switch";
   steps.Add(24, 1.0);
   EXPECT_TRUE(MeasureRealizedGain(steps, 20, GainWindows{}).has_value());
+}
+
+TEST(RealizedGainTest, TheJobsFirstIterationsAreNeverMeasured) {
+  // A job's first two iterations run at 3 s (warm-up), then 2 s up to a
+  // plan applied at 6, 1.6 s after it: the before-window is iterations
+  // 2..4 only, and the gain is the layout's, not the warm-up's.
+  StepTimes steps;
+  for (int64_t i = 0; i < 20; ++i) steps.Add(i, i < 2 ? 3.0 : (i < 6 ? 2.0 : 1.6));
+  EXPECT_EQ(steps.first(), 0);
+  const std::optional<RealizedGain> g = MeasureRealizedGain(steps, 6, GainWindows{});
+  ASSERT_TRUE(g.has_value());
+  EXPECT_EQ(g->samples_before, 3);
+  EXPECT_DOUBLE_EQ(g->before_s, 2.0);
+  EXPECT_NEAR(g->gain, 0.25, 1e-12);
+  // A plan applied at 5 has two measurable iterations before it: nothing.
+  EXPECT_FALSE(MeasureRealizedGain(steps, 5, GainWindows{}).has_value());
+  // A job resumed at iteration 100 warms up again there.
+  StepTimes resumed;
+  for (int64_t i = 100; i < 120; ++i) resumed.Add(i, i < 102 ? 3.0 : (i < 106 ? 2.0 : 1.6));
+  EXPECT_EQ(resumed.first(), 100);
+  EXPECT_DOUBLE_EQ(MeasureRealizedGain(resumed, 106, GainWindows{})->before_s, 2.0);
+  GainWindows none;
+  none.warmup = 0;
+  EXPECT_EQ(MeasureRealizedGain(resumed, 106, none)->samples_before, 5)
+      << "without a warm-up the window reaches back to 100";
 }
 
 TEST(PredictionRecordTest, TheMedianShortfallAndSpreadOfTheNewestPlans) {

@@ -1,14 +1,14 @@
 // Re-packing: the fewest stages at (nearly) the same bottleneck, contiguous
 // survivors, a consistent communicator split, and the paper's first-fit.
-#include "coordinator/core/repack.h"
+#include "core/repack.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <random>
 
-#include "coordinator/core/measures.h"
-#include "coordinator/core/partition.h"
+#include "core/measures.h"
+#include "core/partition.h"
 
 namespace dynmo::core {
 namespace {

@@ -1,11 +1,11 @@
-#include "coordinator/core/replay.h"
+#include "core/replay.h"
 
 #include <cmath>
 #include <limits>
 #include <vector>
 
-#include "coordinator/core/rebalance_trigger.h"
-#include "coordinator/core/scenario.h"
+#include "core/rebalance_trigger.h"
+#include "core/scenario.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

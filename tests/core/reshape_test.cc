@@ -1,13 +1,13 @@
 // Re-shaping: grid costs against 1F1B's closed form and the ring all-reduce
 // formula, copy bytes against a brute force over positions, memory caps,
 // the order of feasible grids, and refusals.
-#include "coordinator/core/reshape.h"
+#include "core/reshape.h"
 
 #include <gtest/gtest.h>
 
 #include <random>
 
-#include "coordinator/core/partition.h"
+#include "core/partition.h"
 
 namespace dynmo::core {
 namespace {

@@ -1,13 +1,13 @@
-#include "coordinator/core/scenario.h"
+#include "core/scenario.h"
 
 #include <algorithm>
 #include <iostream>
 #include <numeric>
 #include <vector>
 
-#include "coordinator/core/measures.h"
-#include "coordinator/core/partition.h"
-#include "coordinator/core/scenario_random.h"
+#include "core/measures.h"
+#include "core/partition.h"
+#include "core/scenario_random.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

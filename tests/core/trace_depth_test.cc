@@ -1,4 +1,4 @@
-#include "coordinator/core/trace_depth.h"
+#include "core/trace_depth.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

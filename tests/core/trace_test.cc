@@ -1,4 +1,4 @@
-#include "coordinator/core/trace.h"
+#include "core/trace.h"
 
 #include <cmath>
 #include <limits>

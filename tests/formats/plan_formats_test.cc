@@ -1,7 +1,7 @@
 // Plan formats: DynMo's boundaries as torchtitan FQN lists, Megatron layout
 // strings and DeepSpeed parts, both ways, and one clear error for every split
 // that has no boundaries.
-#include "coordinator/formats/plan_formats.h"
+#include "formats/plan_formats.h"
 
 #include <gtest/gtest.h>
 

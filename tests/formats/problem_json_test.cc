@@ -1,6 +1,6 @@
 // The dynmo-plan problem codec: every optional field, both time forms, and
 // errors that name the field at fault.
-#include "coordinator/formats/problem_json.h"
+#include "formats/problem_json.h"
 
 #include <gtest/gtest.h>
 

@@ -1,8 +1,8 @@
-#include "coordinator/formats/trace_json.h"
+#include "formats/trace_json.h"
 
 #include <string>
 
-#include "coordinator/core/scenario.h"
+#include "core/scenario.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

@@ -221,7 +221,9 @@ def test_the_embedded_coordinators_log_is_kept_where_asked(tmp_path, bin_dir, mo
 
 def test_the_probe_cadence_both_trainers_share():
     from dynmo import _core
-    c = _core.ProbeCadence(every=5, steady_every=25, watch_probes=4)
+    start = _core.ProbeCadence(every=5, steady_every=25, watch_probes=4, start_probes=3)
+    assert [i for i in range(40) if start.should_probe(i, 0.5, False)] == [0, 1, 2, 7, 32]
+    c = _core.ProbeCadence(every=5, steady_every=25, watch_probes=4, start_probes=0)
     steady = [i for i in range(100) if c.should_probe(i, 0.5, False)]
     assert steady == [0, 5, 10, 15, 40, 65, 90]
     assert not c.watching
@@ -237,3 +239,5 @@ def test_the_probe_cadence_both_trainers_share():
         _core.ProbeCadence(every=5, steady_every=2)
     with pytest.raises(ValueError, match="smoothing must be in"):
         _core.ProbeCadence(smoothing=0)
+    with pytest.raises(ValueError, match="start_probes must be >= 0"):
+        _core.ProbeCadence(start_probes=-1)

@@ -80,6 +80,66 @@ TEST(JobMachineSpeedTest, ASlowRankGetsTheExactSplitForItsSpeed) {
   EXPECT_EQ(Ints(r->plan().boundaries()), (std::vector<int>{0, 7, 10}));
 }
 
+// Under the auto trigger a rank that has begun probing holds the first plan
+// until its speed is known: a straggler at half speed, probed on its first
+// five iterations (core::ProbeCadenceOptions::start_probes), gets the
+// exact split for its speed as its first plan (0,7,10), not the one its
+// layers' times priced at speed 1 call for (0,6,10) and a second plan later.
+TEST(JobMachineSpeedTest, AutoWaitsForAProbingRanksSpeedBeforeItsFirstPlan) {
+  JobOptions options;
+  options.default_policy.trigger = Trigger{Trigger::Kind::kAuto};
+  options.plan_lead_iterations = 2;
+  Journal journal;
+  dynmo::v1::RegisterRequest first = Reg(0);
+  first.set_pipeline_size(2);
+  first.set_num_layers(10);
+  JobMachine m(first, options, &journal);
+  std::vector<dynmo::v1::RegisterRequest> regs;
+  for (int r = 0; r < 2; ++r) {
+    regs.push_back(Reg(r));
+    regs.back().set_pipeline_size(2);
+    regs.back().set_num_layers(10);
+  }
+  ASSERT_EQ(RegisterAndAttach(m, regs, absl::UnixEpoch()).size(), 2u);
+  const std::vector<double> slow = {1.0, 2.0};
+  int64_t issued_at = -1;
+  std::vector<int> issued;
+  int64_t speed_at = -1;
+  bool held = false;
+  for (int it = 0; it < 30 && issued_at < 0; ++it) {
+    std::vector<dynmo::v1::IterationReport> reports(2);
+    std::vector<UpstreamMessage> up;
+    for (int r = 0; r < 2; ++r) {
+      reports[r].set_iteration(it);
+      if (it < 5) reports[r].set_probe_s(0.001 * slow[r]);  // the start's probes
+      for (int l = r * 5; l < (r + 1) * 5; ++l) {
+        auto* s = reports[r].add_layers();
+        s->set_layer(l);
+        s->set_fwd_s(0.01 * slow[r]);
+        s->set_bwd_s(0.02 * slow[r]);
+      }
+      up.push_back({r, &reports[r], nullptr});
+    }
+    JobEffects fx;
+    ASSERT_TRUE(m.OnUpstream(up, absl::UnixEpoch(), &fx).ok());
+    m.Tick(absl::UnixEpoch(), &fx);
+    for (const JobEvent& e : fx.events) {
+      if (e.name == "rank_speed" && speed_at < 0) speed_at = it;
+    }
+    held = held || m.Status().note().find("still being probed") != std::string::npos;
+    for (const JobEffects::Send& send : fx.sends) {
+      if (issued_at >= 0 || !send.message->has_prepare()) continue;
+      issued_at = it;
+      issued.assign(send.message->prepare().boundaries().begin(),
+                    send.message->prepare().boundaries().end());
+    }
+  }
+  EXPECT_EQ(speed_at, 4) << "published on the fifth probe";
+  EXPECT_TRUE(held) << "the trigger waited for the probes";
+  ASSERT_GE(issued_at, speed_at);
+  EXPECT_EQ(issued, (std::vector<int>{0, 7, 10}));
+}
+
 // Re-packing releases the slowest rank first, even in the middle of the
 // pipeline: 3 stages over 6 layers, the middle one at half speed. On all
 // three the best bottleneck is 3 layers' worth (3, 1, 2: the slow stage's

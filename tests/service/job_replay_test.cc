@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/core/partition.h"
-#include "coordinator/core/scenario.h"
-#include "coordinator/formats/trace_json.h"
+#include "core/partition.h"
+#include "core/scenario.h"
+#include "formats/trace_json.h"
 #include "coordinator/service/job_state.h"
 #include "coordinator/service/released_pool.h"
 #include "coordinator/service/state_store.h"

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/formats/trace_json.h"
+#include "formats/trace_json.h"
 #include "coordinator/job/job_replay.h"
 #include "gtest/gtest.h"
 

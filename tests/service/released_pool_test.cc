@@ -26,6 +26,7 @@ class ReleasedPoolTest : public StateDirTest {
  protected:
   void SetUp() override {
     StateDirTest::SetUp();
+    pool_->AddWatcher();  // the history is kept while one watches
     ASSERT_TRUE(pool_->Add({Gpu("j", 1, 2), Gpu("j", 1, 3)}).ok());
   }
 };
@@ -128,6 +129,35 @@ TEST_F(ReleasedPoolTest, WatchersSeeEventsInOrder) {
   EXPECT_EQ(pool_->EventsAfter(1, 1, &behind).size(), 1u);  // at most `max`
   EXPECT_TRUE(pool_->EventsAfter(3, 100, &behind).empty());
   EXPECT_FALSE(behind);
+}
+
+// Without a watcher events are numbered but not kept; the last watcher to
+// leave drops the history.
+TEST_F(ReleasedPoolTest, TheHistoryIsKeptOnlyWhileWatched) {
+  bool behind = true;
+  ASSERT_EQ(pool_->EventsAfter(0, 100, &behind).size(), 2u);
+  pool_->AddWatcher();
+  pool_->RemoveWatcher();
+  EXPECT_EQ(pool_->EventsAfter(0, 100, &behind).size(), 2u) << "one watcher is left";
+  pool_->RemoveWatcher();
+  EXPECT_TRUE(pool_->EventsAfter(0, 100, &behind).empty());
+  EXPECT_FALSE(behind);
+  ASSERT_TRUE(pool_->Claim({"gpu-1"}, "a", 5, absl::Now()).ok());
+  EXPECT_EQ(pool_->LastSeq(), 3u) << "numbered";
+  EXPECT_TRUE(pool_->EventsAfter(2, 100, &behind).empty()) << "not kept";
+  // A watcher from now on reads what follows its snapshot at 3.
+  pool_->AddWatcher();
+  ASSERT_TRUE(pool_->Return({"gpu-1"}, "a").ok());
+  auto events = pool_->EventsAfter(3, 100, &behind);
+  EXPECT_FALSE(behind);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].seq, 4u);
+  EXPECT_EQ(events[0].kind, dynmo::v1::ReleasedEvent::RETURNED);
+  pool_->RemoveWatcher();
+  pool_->RemoveWatcher();  // one too many: nothing below zero
+  pool_->AddWatcher();
+  ASSERT_TRUE(pool_->Claim({"gpu-2"}, "a", 5, absl::Now()).ok());
+  EXPECT_EQ(pool_->EventsAfter(4, 100, &behind).size(), 1u);
 }
 
 // The history keeps the last 4,096 events: a cursor before them is behind.

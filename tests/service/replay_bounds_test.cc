@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "coordinator/core/partition.h"
+#include "core/partition.h"
 #include "coordinator/job/job_replay.h"
 #include "gtest/gtest.h"
 

@@ -7,7 +7,7 @@
 #include <set>
 #include <vector>
 
-#include "coordinator/core/partition.h"
+#include "core/partition.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

@@ -8,7 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "coordinator/core/partition.h"
+#include "core/partition.h"
 #include "trainer/layout/repack_layout.h"
 #include "trainer/layout/reshape_layout.h"
 

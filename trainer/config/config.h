@@ -25,7 +25,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "cli/coordinator_flags.h"
-#include "coordinator/core/boundaries.h"
+#include "core/boundaries.h"
 #include "trainer/config/dynamism_config.h"
 #include "trainer/layout/boundaries_text.h"  // ParseBoundaries, for the flags
 

@@ -19,9 +19,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "coordinator/core/cost_model.h"
-#include "coordinator/core/migration.h"
-#include "coordinator/core/repack.h"
+#include "core/cost_model.h"
+#include "core/migration.h"
+#include "core/repack.h"
 #include "trainer/layout/repack_layout.h"
 #include "trainer/layout/reshape_layout.h"
 #include "wire/plan_codec.h"

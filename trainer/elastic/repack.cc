@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "coordinator/core/migration.h"
+#include "core/migration.h"
 
 namespace dynmo::trainer {
 

@@ -16,7 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "coordinator/core/migration.h"
+#include "core/migration.h"
 #include "trainer/comm/transport.h"
 #include "trainer/layout/repack_layout.h"
 #include "trainer/stage/pipeline_stage.h"

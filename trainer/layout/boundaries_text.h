@@ -6,7 +6,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "coordinator/core/boundaries.h"
+#include "core/boundaries.h"
 
 namespace dynmo::trainer {
 

@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "coordinator/core/partition.h"
+#include "core/partition.h"
 #include "trainer/layout/boundaries_text.h"
 
 namespace dynmo::trainer {

@@ -28,8 +28,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "coordinator/core/boundaries.h"
-#include "coordinator/core/reshape.h"
+#include "core/boundaries.h"
+#include "core/reshape.h"
 #include "trainer/layout/repack_layout.h"
 
 namespace dynmo::trainer {

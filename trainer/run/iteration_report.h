@@ -18,7 +18,7 @@
 
 #include "absl/status/status.h"
 #include "agent/agent.h"
-#include "coordinator/core/boundaries.h"
+#include "core/boundaries.h"
 #include "trainer/comm/transport.h"
 #include "trainer/config/config.h"
 #include "trainer/run/training_log.h"

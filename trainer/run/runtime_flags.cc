@@ -26,8 +26,9 @@ ABSL_FLAG(std::string, layer_clock, "wall",
           "of the computing thread; robust when ranks share cores)");
 ABSL_FLAG(int, speed_probe_every, 5,
           "iterations between speed probes while the rank is watched (its first "
-          "probes, and when its layers' time moves): a fixed kernel timed like the "
-          "layers, which tells the coordinator a slow rank from a heavy layer (0: never)");
+          "probes, and when its layers' time moves; each of its first five "
+          "iterations probes): a fixed kernel timed like the layers, which tells the "
+          "coordinator a slow rank from a heavy layer (0: never)");
 ABSL_FLAG(int, speed_probe_steady_every, 25,
           "iterations between speed probes while the rank's pace holds steady "
           "(>= --speed_probe_every)");

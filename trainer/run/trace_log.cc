@@ -3,7 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "coordinator/formats/trace_json.h"
+#include "formats/trace_json.h"
 
 namespace dynmo::trainer {
 

@@ -1,5 +1,5 @@
 // --trace: the trainer's measurements as the trace the simulator replays
-// (coordinator/core/trace.h, JSON Lines via coordinator/formats/trace_json.h),
+// (core/trace.h, JSON Lines via formats/trace_json.h),
 // so `dynmo-sim --trace FILE` replays a real run.
 //
 // One record per iteration: per pipeline layer, fwd / bwd = the measured
@@ -18,7 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "coordinator/core/trace.h"
+#include "core/trace.h"
 #include "trainer/run/training_log.h"
 
 namespace dynmo::trainer {

@@ -16,8 +16,8 @@
 #include "agent/agent.h"
 #include "agent/client_credentials.h"
 #include "agent/operator_client.h"
-#include "coordinator/core/migration.h"
-#include "coordinator/core/probe_cadence.h"
+#include "core/migration.h"
+#include "core/probe_cadence.h"
 #include <time.h>
 
 #include "trainer/comm/device.h"

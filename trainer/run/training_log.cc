@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "coordinator/core/measures.h"
+#include "core/measures.h"
 #include "nlohmann/json.hpp"
 
 namespace dynmo::trainer {

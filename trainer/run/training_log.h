@@ -12,7 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "coordinator/core/boundaries.h"
+#include "core/boundaries.h"
 
 namespace dynmo::trainer {
 

@@ -2,7 +2,7 @@
 
 #include <vector>
 
-#include "coordinator/core/stage_program.h"
+#include "core/stage_program.h"
 
 namespace dynmo::trainer {
 

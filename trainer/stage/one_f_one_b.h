@@ -1,7 +1,7 @@
 // The 1F1B executor: runs one training iteration of one pipeline stage
 // (PipeDream-Flush / Megatron-Core's forward_backward_pipelining_without_
 // interleaving) by walking the very program the simulator times
-// (coordinator/core/stage_program.h): stage s runs min(p-1-s, m) warm-up
+// (core/stage_program.h): stage s runs min(p-1-s, m) warm-up
 // forwards, then one forward and one backward at a time, then the
 // backwards still outstanding.
 //

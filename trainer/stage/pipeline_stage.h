@@ -28,8 +28,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "coordinator/core/boundaries.h"
-#include "coordinator/core/migration.h"
+#include "core/boundaries.h"
+#include "core/migration.h"
 #include "trainer/comm/transport.h"
 #include "trainer/config/config.h"
 #include "trainer/data/token_corpus.h"

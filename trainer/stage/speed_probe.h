@@ -1,7 +1,7 @@
 // SpeedProbe: a fixed piece of work every rank times the same way as its
 // layers (LayerClock: the steady clock or a CPU-time clock on cpu, CUDA
 // events on a GPU), so the coordinator can tell a slow rank from a heavy
-// layer (coordinator/core/rank_speed.h). The work is a chain of matrix
+// layer (core/rank_speed.h). The work is a chain of matrix
 // products of one seeded matrix on the rank's device — the kind of kernel
 // the layers run: 192 products of 128 x 128 on cpu (~8 ms: longer than the
 // scheduler's time slice, or a core shared with another process would go

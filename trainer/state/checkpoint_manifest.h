@@ -25,7 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "coordinator/core/boundaries.h"
+#include "core/boundaries.h"
 #include "trainer/config/config.h"
 
 namespace dynmo::trainer {

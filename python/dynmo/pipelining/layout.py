@@ -12,7 +12,7 @@ transformers causal LMs are recognised, other models are named with
 DynMo numbers the pipeline layers 0 .. N+1: layer 0 is the ``first`` modules
 (the token embedding), layers 1..N the blocks in their container's order,
 layer N+1 the ``last`` modules (final norm, head). A stage holds a
-contiguous range ``[b[s], b[s+1])`` of them (coordinator/core's boundaries).
+contiguous range ``[b[s], b[s+1])`` of them (core's boundaries).
 
 ``ModelLayout`` checks a model's form and names each layer's modules (their
 FQNs, which stay the model's own so checkpoints keep their keys); every

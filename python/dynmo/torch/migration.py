@@ -46,7 +46,7 @@ iterations, after ``zero_grad``.
 Every wait is bounded by ``timeout_s``: a peer that died or stopped
 answering raises ``MigrationError`` naming the plan and the peers, on
 every survivor, instead of hanging in the backend's watchdog. The plan's
-rounds (coordinator/core/migration.h) give every rank the same global
+rounds (core/migration.h) give every rank the same global
 order, so the batches cannot deadlock. Not thread-safe: the training thread.
 """
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A throttled GPU, a noisy neighbour or an older card takes longer for the
 same kernel, and so for every layer it holds. Reporting the probe's time
 (``Agent.report(..., probe_s=...)``) lets the coordinator price layers at
-speed 1 and each rank at its own speed (coordinator/core/rank_speed.h),
+speed 1 and each rank at its own speed (core/rank_speed.h),
 instead of taking a slow rank's layers for heavy ones. The work is a chain
 of products of one seeded matrix, as dynmo-train's ``--speed_probe_every``
 runs it: 192 of 128 x 128 on CPU (~8 ms: longer than the scheduler's time
