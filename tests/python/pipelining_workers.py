@@ -139,6 +139,7 @@ def train(rank, world, init_file, out_dir, cfg):
             boundaries=cfg.get("boundaries"), optimizer=make_optimizer,
             lr_scheduler=make_scheduler, coordinator=cfg.get("coordinator"),
             policy=cfg.get("policy"), coordinator_flags=cfg.get("flags", ()),
+            speed_probe_every=cfg.get("speed_probe_every", 5),
             job=cfg.get("job", "pipelining-test"),
             data_parallel=cfg.get("data_parallel", "ddp"))
         if clock is not None:

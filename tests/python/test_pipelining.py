@@ -151,7 +151,11 @@ def test_a_reshape_plan_is_refused_and_changes_nothing():
 def test_embedded_coordinator_rebalances_a_skewed_start_and_survives_its_loss():
     cfg = dict(schedule="1F1B", pp=2, steps=14, boundaries=[0, 7, 8])
     static = static_run(cfg, 2)
-    live = run(dict(cfg, coordinator="embedded", policy={"trigger": "every:2"}), 2)
+    # No speed probe: under ctest -j2 four ranks share two cores, and the
+    # start's probes may publish a real, passing difference between them
+    # that prices the split otherwise; the skew here is the layers' count.
+    live = run(dict(cfg, coordinator="embedded", policy={"trigger": "every:2"},
+                    speed_probe_every=0), 2)
     assert all(not r["errors"] for r in live)
     assert live[0]["plans"], "no plan applied"
     assert live[0]["boundaries"][-1] != [0, 7, 8]
