@@ -134,11 +134,19 @@ class JobFailure:
         return mine
 
     def stop(self) -> None:
-        """Stops the watcher (a normal end; idempotent)."""
+        """Stops the watcher and lets go of the store clones (a normal end,
+        or this rank's own failure once announced; idempotent). The clones
+        end here, on this thread, not in the interpreter's teardown, where a
+        clone whose host has gone could still run its own thread."""
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5.0)
+            if self._thread.is_alive():  # still in a store call: leave it its clone
+                self._thread = None
+                return
         self._thread = None
+        self._store = None
+        self._watcher_store = None
 
     def _watch(self, poll_s: float) -> None:
         store = self._watcher_store

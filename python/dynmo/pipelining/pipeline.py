@@ -312,6 +312,7 @@ class DynamicPipeline:
         print is returned — the first failure's, "rank R failed: ..."."""
         if error is not None:
             line = self.failure.announce(error)
+            self.failure.stop()  # announced: the watcher has nothing left to do
             if self._link is not None:
                 self._link.close(flush_s=0.5)
                 self._link.stop_coordinator()
