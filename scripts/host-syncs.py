@@ -30,10 +30,14 @@ lines are free and continue the reason), `//` in C++ and `#` in Python:
     host-sync(event): <the event it happens at: a plan, a pruning step, a
                        probe, once at start>
     host-sync(cpu): <the tensor is always on the CPU>
+    host-sync(model): <the dynamic model's own arithmetic (trainer/model/):
+                       a data-dependent shape that a run of the same model
+                       without DynMo waits for alike>
 
 It prints every site as file:line: pattern: reason, grouped by kind under
 a summary line per kind, and exits 1 when a site has no such comment (a
-new sync must say why it is there).
+new sync must say why it is there), or when a "model" site lies outside
+trainer/model/ (DynMo's own code cannot call its waits the model's).
 
     python3 scripts/host-syncs.py [ROOT] [--steady]
 
@@ -61,8 +65,10 @@ PATTERNS = [
     (re.compile(r"\belapsed_?[tT]ime\s*\("), "elapsed time"),
     (re.compile(r"\bAll(ReduceSum|Gather)World\s*\("), "world collective"),
 ]
-NOTE = re.compile(r"host-sync\((steady|event|cpu)\):\s*(\S.*)")
-KINDS = ("steady", "event", "cpu")
+NOTE = re.compile(r"host-sync\((steady|event|cpu|model)\):\s*(\S.*)")
+KINDS = ("steady", "model", "event", "cpu")
+# Where the dynamic models' own arithmetic lives: the only place a "model" site may be.
+MODEL_TREE = "trainer/model/"
 TREES = (("trainer", (".cc", ".h"), "//"), (os.path.join("python", "dynmo"), (".py",), "#"))
 # Where a pattern is defined, not called.
 DEFINITIONS = {
@@ -146,12 +152,16 @@ def main(argv=None):
     parser.add_argument("--steady", action="store_true", help="print only the steady entries")
     args = parser.parse_args(argv)
     sites, missing = scan(args.root)
+    misplaced = [s for s in sites
+                 if s[0] == "model" and not s[1].replace(os.sep, "/").startswith(MODEL_TREE)]
     for kind in ("steady",) if args.steady else KINDS:
         mine = [s for s in sites if s[0] == kind]
         note = ""
         if kind == "steady":
             uncosted = sum(1 for s in mine if "cost" not in s[4])
             note = f" ({uncosted} without a stated cost)" if uncosted else ""
+        elif kind == "model":
+            note = " (the dynamic models' own arithmetic: a run without DynMo waits alike)"
         print(f"host syncs ({kind}): {len(mine)}{note}")
         for _, rel, line, what, why in mine:
             print(f"  {rel}:{line}: {what}: {why}")
@@ -161,8 +171,10 @@ def main(argv=None):
             print(f"  {rel}:{line}: {what}: no host-sync(kind): reason comment")
         print(f"host-syncs: {len(missing)} host syncs without a host-sync(kind): reason comment",
               file=sys.stderr)
-        return 1
-    return 0
+    for _, rel, line, what, _ in misplaced:
+        print(f"host-syncs: {rel}:{line}: {what}: host-sync(model) outside {MODEL_TREE}",
+              file=sys.stderr)
+    return 1 if missing or misplaced else 0
 
 
 if __name__ == "__main__":

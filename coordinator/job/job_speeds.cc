@@ -101,26 +101,26 @@ std::vector<double> JobSpeeds::PositionSpeeds(const RankRoster& roster,
   return speeds;
 }
 
-bool JobSpeeds::Rising(const RankRoster& roster, const JobLayout& layout) const {
-  for (int k = 0; k < roster.size(); ++k) {
+bool JobSpeeds::AnyActiveRank(const RankRoster& roster, const JobLayout& layout,
+                              absl::FunctionRef<bool(int)> visit) const {
+  const int known = std::min(roster.size(), static_cast<int>(exchange_s_.size()));
+  for (int k = 0; k < known; ++k) {
     const RosterRank& r = roster.at(k);
     if (r.registered && RankRoster::IsActiveStage(layout.active_stages, r.pipeline_rank) &&
-        speeds_.may_be_faster(k)) {
+        visit(k)) {
       return true;
     }
   }
   return false;
 }
 
+bool JobSpeeds::Rising(const RankRoster& roster, const JobLayout& layout) const {
+  return AnyActiveRank(roster, layout, [&](int k) { return speeds_.may_be_faster(k); });
+}
+
 bool JobSpeeds::Warming(const RankRoster& roster, const JobLayout& layout) const {
-  for (int k = 0; k < roster.size(); ++k) {
-    const RosterRank& r = roster.at(k);
-    if (r.registered && RankRoster::IsActiveStage(layout.active_stages, r.pipeline_rank) &&
-        speeds_.probes(k) > 0 && !speeds_.warm(k)) {
-      return true;
-    }
-  }
-  return false;
+  return AnyActiveRank(roster, layout,
+                       [&](int k) { return speeds_.probes(k) > 0 && !speeds_.warm(k); });
 }
 
 void JobSpeeds::OnStage(int rank, int replica, const std::vector<core::LayerCost>& layers,
@@ -139,24 +139,20 @@ void JobSpeeds::OnStage(int rank, int replica, const std::vector<core::LayerCost
 
 double JobSpeeds::NoiseInflation(const RankRoster& roster, const JobLayout& layout) const {
   double inflation = 1;
-  for (int k = 0; k < roster.size() && k < static_cast<int>(correlation_.size()); ++k) {
-    const RosterRank& r = roster.at(k);
-    if (r.registered && RankRoster::IsActiveStage(layout.active_stages, r.pipeline_rank)) {
-      inflation = std::max(inflation, correlation_[static_cast<size_t>(k)].inflation());
-    }
-  }
+  AnyActiveRank(roster, layout, [&](int k) {
+    inflation = std::max(inflation, correlation_[static_cast<size_t>(k)].inflation());
+    return false;
+  });
   return inflation;
 }
 
 double JobSpeeds::Exchange(const RankRoster& roster, const JobLayout& layout) const {
   double exchange = 0;
-  for (int k = 0; k < roster.size(); ++k) {
+  AnyActiveRank(roster, layout, [&](int k) {
     const double x = exchange_s_[static_cast<size_t>(k)];
-    if (x > 0 && roster.at(k).registered &&
-        RankRoster::IsActiveStage(layout.active_stages, roster.at(k).pipeline_rank)) {
-      exchange = exchange > 0 ? std::min(exchange, x) : x;
-    }
-  }
+    if (x > 0) exchange = exchange > 0 ? std::min(exchange, x) : x;
+    return false;
+  });
   return exchange;
 }
 

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "core/cost_model.h"
 #include "core/cost_noise.h"
 #include "core/cost_profile.h"
@@ -71,6 +72,12 @@ class JobSpeeds {
   double Exchange(const RankRoster& roster, const JobLayout& layout) const;
 
  private:
+  // Calls `visit(k)` for each rank k of `roster` that is registered on an
+  // active stage of `layout` and that this JobSpeeds knows, in rank order,
+  // until it returns true; returns whether one did. O(ranks).
+  bool AnyActiveRank(const RankRoster& roster, const JobLayout& layout,
+                     absl::FunctionRef<bool(int)> visit) const;
+
   std::string job_;
   double smoothing_;
   core::RankSpeeds speeds_;

@@ -65,6 +65,8 @@ class HostSyncsTest(unittest.TestCase):
         self.assertEqual(r.stdout.splitlines(), [
             "host syncs (steady): 1",
             "  python/dynmo/torch/clock.py:7: item: the loss for the log; cost: 3 us per iteration",
+            "host syncs (model): 0 (the dynamic models' own arithmetic: a run without DynMo "
+            "waits alike)",
             "host syncs (event): 3",
             "  trainer/clock.cc:3: synchronize: a speed probe: its one span",
             "  trainer/clock.cc:4: elapsed time: a speed probe: its one span",
@@ -76,6 +78,32 @@ class HostSyncsTest(unittest.TestCase):
         self.assertEqual(steady.returncode, 0)
         self.assertEqual(steady.stdout.splitlines()[0], "host syncs (steady): 1")
         self.assertNotIn("event", steady.stdout)
+
+    def test_the_models_own_waits_are_listed_apart_and_only_under_trainer_model(self):
+        os.makedirs(os.path.join(self.root, "trainer", "model"))
+        self.write("trainer/model/moe.cc", """\
+            void Route() {
+              // host-sync(model): per MoE layer: the experts' counts size their batches
+              counts = key.bincount().to(torch::kCPU);
+            }
+            """)
+        r = self.scan()
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("host syncs (steady): 0", r.stdout)
+        self.assertIn("host syncs (model): 1 (the dynamic models' own arithmetic", r.stdout)
+        self.assertIn("  trainer/model/moe.cc:3: to cpu: per MoE layer: the experts' counts "
+                      "size their batches", r.stdout)
+        # DynMo's own code cannot call a wait of its own the model's.
+        self.write("trainer/report.cc", """\
+            void Gather() {
+              // host-sync(model): the report
+              AllReduceSumWorld(summary);
+            }
+            """)
+        r = self.scan()
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("trainer/report.cc:3: world collective: host-sync(model) outside "
+                      "trainer/model/", r.stderr)
 
     def test_a_note_more_than_three_code_lines_above_does_not_count(self):
         self.write("python/dynmo/torch/far.py", """\

@@ -84,6 +84,27 @@ TEST(MoeTest, SecondChoicesQueueBehindEveryFirstChoice) {
   EXPECT_EQ(ToVector(r.tokens[0]), (std::vector<int64_t>{1, 2}));
 }
 
+TEST(MoeTest, OneSortedDispatchSelectsWhatAPerExpertScanWould) {
+  // The dispatch groups the kept slots with one stable sort and one read of
+  // the experts' counts; a scan per expert (one wait each) is the reference:
+  // same tokens, same order, same gates, for every expert.
+  torch::manual_seed(11);
+  const int64_t n = 96, e = 8;
+  torch::Tensor probs = torch::softmax(torch::randn({n, e}) * 2, /*dim=*/1);
+  MoeRouting r = RouteTopTwo(probs, MoeCapacity(0.75, n, e));
+  ASSERT_GT(r.dropped.item<int64_t>(), 0) << "capacity 0.75 must drop some assignments";
+  torch::Tensor slot_expert = r.experts.t().reshape({2 * n});
+  torch::Tensor slot_kept = r.kept.t().reshape({2 * n});
+  torch::Tensor slot_token = torch::arange(n, torch::kLong).repeat({2});
+  torch::Tensor slot_gate = r.gates.t().reshape({2 * n});
+  ASSERT_EQ(static_cast<int64_t>(r.tokens.size()), e);
+  for (int64_t x = 0; x < e; ++x) {
+    torch::Tensor slots = torch::nonzero(slot_kept & (slot_expert == x)).view({-1});
+    EXPECT_EQ(ToVector(r.tokens[x]), ToVector(slot_token.index_select(0, slots))) << x;
+    EXPECT_TRUE(torch::equal(r.token_gates[x], slot_gate.index_select(0, slots))) << x;
+  }
+}
+
 TEST(MoeTest, BalanceLossIsOneWhenUniformAndGrowsWithSkew) {
   // A cyclic preference: every expert gets a quarter of the assignments
   // and a quarter of the probability mass.

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 #include "trainer/comm/transport.h"
 #include "trainer/config/config.h"
 #include "trainer/state/layer_state.h"  // OwnedLayer
@@ -53,6 +54,17 @@ class Dynamism {
   // last call: reported to the coordinator as "model changed", which is what
   // the on-event trigger rebalances on.
   virtual bool TakeModelChanged() { return false; }
+
+  // Job-wide counters that ride in the iteration report's one world
+  // all-reduce (trainer/run/iteration_report.h) instead of a collective of
+  // their own: the hook asks for ReportSlots() doubles (the same number on
+  // every rank), FillReport writes this rank's counts after the step, and
+  // ReportSummed hands back their sums over every rank of the job, on every
+  // rank, before the next iteration starts. A change it finds there is
+  // taken by the next iteration's report: one iteration late, no extra wait.
+  virtual int ReportSlots() const { return 0; }
+  virtual void FillReport(StageView& stage, absl::Span<double> slots) {}
+  virtual void ReportSummed(int64_t iter, absl::Span<const double> slots, int rank) {}
 };
 
 // The stage-level schemes `config.model.dynamism` names (those that have

@@ -56,7 +56,7 @@ void EarlyExitHead::Decide(const torch::Tensor& out, MicroBatchContext& ctx) {
   if (ctx.iteration < warmup_iters_) return;  // nobody exits yet
   // CALM's softmax response, with no gradient: it only decides.
   const torch::Tensor confidence = std::get<0>(log_probs.detach().max(-1)).exp();
-  // host-sync(steady): per exit point and micro-batch after the warm-up: how many tokens
+  // host-sync(model): per exit point and micro-batch after the warm-up: how many tokens
   //   leave is a dynamic shape (an unchanged mask is kept as it was, so the layers after it
   //   run the full batch, bit for bit as before); SelectTokens above waits once already,
   //   this second wait covers the exit head's projection
@@ -84,7 +84,7 @@ torch::Tensor TokenMaskToWire(const torch::Tensor& active, int64_t b, int64_t t,
 }
 
 torch::Tensor TokenMaskFromWire(const torch::Tensor& wire) {
-  // host-sync(steady): once per micro-batch at a stage boundary: whether every token is still
+  // host-sync(model): once per micro-batch at a stage boundary: whether every token is still
   //   active decides if a mask is applied at all (a dynamic shape downstream)
   if (wire.all().item<bool>()) return torch::Tensor();
   return wire.to(torch::kBool);

@@ -34,10 +34,21 @@ MoeRouting RouteTopTwo(const torch::Tensor& probs, int64_t capacity) {
   torch::Tensor slot_token = torch::arange(n, slot_expert.options().dtype(torch::kLong)).repeat({2});
   torch::Tensor slot_gate = r.gates.t().reshape({2 * n});
   r.assigned = one_hot.sum(0);  // [E]
+  // The kept slots grouped by expert in one stable sort (a dropped slot's
+  // key, e, sorts last), so within an expert they stay in slot order: what
+  // a per-expert scan would select, with one wait instead of one per expert.
+  torch::Tensor key = torch::where(slot_kept, slot_expert, torch::full_like(slot_expert, e));
+  torch::Tensor order = std::get<1>(key.sort(/*stable=*/true, /*dim=*/0, /*descending=*/false));
+  // host-sync(model): per MoE layer and micro-batch: each expert's kept-token count sizes its
+  //   batch (dynamic shapes, as in dropless MoE): one read of the E counts (it was one wait
+  //   per expert)
+  const torch::Tensor counts =
+      torch::bincount(key, /*weights=*/{}, /*minlength=*/e + 1).to(torch::kCPU);
+  const auto count = counts.accessor<int64_t, 1>();
+  int64_t at = 0;
   for (int64_t x = 0; x < e; ++x) {
-    // host-sync(steady): per expert: the indices of its kept tokens size the expert batch
-    //   (dynamic shapes, as in dropless MoE); a fixed-capacity dispatch would remove it
-    torch::Tensor slots = torch::nonzero(slot_kept & (slot_expert == x)).view({-1});
+    torch::Tensor slots = order.narrow(0, at, count[x]);
+    at += count[x];
     r.tokens.push_back(slot_token.index_select(0, slots));
     r.token_gates.push_back(slot_gate.index_select(0, slots));
   }

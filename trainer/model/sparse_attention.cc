@@ -26,7 +26,7 @@ BlockPairs SelectBlockPairs(const torch::Tensor& q_buckets,
   torch::Tensor below = torch::tril(torch::ones({nb, nb}, flags), -1);
   torch::Tensor diag = torch::eye(nb, flags);
   torch::Tensor attended = (match & below) | diag;
-  // host-sync(steady): per sparse-attention layer and micro-batch: the attended blocks index the
+  // host-sync(model): per sparse-attention layer and micro-batch: the attended blocks index the
   //   block-sparse product (their count is a dynamic shape)
   torch::Tensor idx = torch::nonzero(attended);  // [P, 3]: bh, qb, kb (row-major)
   torch::Tensor b = idx.select(1, 0), qb = idx.select(1, 1), kb = idx.select(1, 2);

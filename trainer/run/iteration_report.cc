@@ -19,6 +19,8 @@ struct Slots {
   int params(int l) const { return 1 + 5 * layers + l; }
   int memory(int stage) const { return 1 + 6 * layers + stage; }
   int changed(int active_pp) const { return memory(active_pp); }
+  // The dynamic-model schemes' counters (PipelineStage::FillDynamismReport).
+  int dynamism(int active_pp) const { return changed(active_pp) + 1; }
 };
 
 }  // namespace
@@ -50,8 +52,11 @@ absl::Status IterationReporter::Gather(int64_t iter, PipelineStage& stage,
   const Slots at{num_layers_};
   const int my_stage = transport.rank() / config_.dp;
   active_pp_ = active_pp;
-  summary_ = torch::zeros({at.changed(active_pp) + 1}, torch::kDouble);
+  const int dynamism_slots = stage.DynamismReportSlots();
+  summary_ = torch::zeros({at.dynamism(active_pp) + dynamism_slots}, torch::kDouble);
   auto values = summary_.accessor<double, 1>();
+  stage.FillDynamismReport(
+      absl::MakeSpan(summary_.data_ptr<double>() + at.dynamism(active_pp), dynamism_slots));
   if (my_stage == active_pp - 1) values[0] = stats.loss_sum / config_.microbatches;
   int64_t memory_used = stats.peak_stash_bytes;  // stage_memory.h
   std::vector<int64_t> resident(local_ids.size(), 0);
@@ -101,10 +106,15 @@ absl::Status IterationReporter::Gather(int64_t iter, PipelineStage& stage,
     (void)agent->ReportIteration(sample);
   }
   // host-sync(steady): once per iteration: the summary (loss, per-layer times and bytes,
-  //   memory) summed over the world for the log and the coordinator (a CPU tensor, which
-  //   NCCL stages through the device and copies back); cost: DynMo embedded measured 0.999x
-  //   of no coordinator (one H200, one rank, so without the wire: docs/benchmarks.md).
-  return transport.AllReduceSumWorld(summary_);
+  //   memory, the dynamic-model schemes' counters) summed over the world for the log and the
+  //   coordinator (a CPU tensor, which NCCL stages through the device and copies back); cost:
+  //   DynMo embedded measured 0.999x of no coordinator (one H200, one rank, so without the
+  //   wire: docs/benchmarks.md).
+  if (absl::Status s = transport.AllReduceSumWorld(summary_); !s.ok()) return s;
+  stage.DynamismReportSummed(
+      iter, absl::MakeConstSpan(summary_.data_ptr<double>() + at.dynamism(active_pp),
+                                dynamism_slots));
+  return absl::OkStatus();
 }
 
 IterationRecord IterationReporter::Record(int64_t iter, double seconds,

@@ -3,9 +3,11 @@
 // agent (per micro-batch, never blocking) and puts them into one world
 // all-reduce — [loss of its replica, then per layer: forward, backward,
 // resident bytes, weight-gradient time, activation bytes, parameters; then
-// memory used per stage; then whether its model changed] — from which rank 0
-// builds the job-wide IterationRecord (means over the dp replicas: each
-// layer has dp owners, each replica one last stage).
+// memory used per stage; then whether its model changed; then the
+// dynamic-model schemes' counters (dynamism.h), handed back summed to the
+// stage] — from which rank 0 builds the job-wide IterationRecord (means
+// over the dp replicas: each layer has dp owners, each replica one last
+// stage).
 //
 // Not thread-safe: the rank's training thread.
 #ifndef DYNMO_TRAINER_RUN_ITERATION_REPORT_H_

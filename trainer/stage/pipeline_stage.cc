@@ -119,6 +119,29 @@ bool PipelineStage::TakeModelChanged() {
   return changed;
 }
 
+int PipelineStage::DynamismReportSlots() const {
+  int n = 0;
+  for (const auto& d : dynamisms_) n += d->ReportSlots();
+  return n;
+}
+
+void PipelineStage::FillDynamismReport(absl::Span<double> slots) {
+  StageView view = View();
+  for (auto& d : dynamisms_) {
+    const int n = d->ReportSlots();
+    d->FillReport(view, slots.subspan(0, n));
+    slots.remove_prefix(n);
+  }
+}
+
+void PipelineStage::DynamismReportSummed(int64_t iter, absl::Span<const double> slots) {
+  for (auto& d : dynamisms_) {
+    const int n = d->ReportSlots();
+    d->ReportSummed(iter, slots.subspan(0, n), transport_->rank());
+    slots.remove_prefix(n);
+  }
+}
+
 torch::Tensor PipelineStage::MaskBuffer() const {
   return torch::empty({config_.micro_batch, config_.model.seq_len},
                       torch::TensorOptions(torch::kUInt8).device(device_));

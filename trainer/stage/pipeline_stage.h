@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 #include "core/boundaries.h"
 #include "core/migration.h"
 #include "trainer/comm/transport.h"
@@ -93,6 +94,13 @@ class PipelineStage : public StageOps {
 
   // True once after a dynamic-model scheme changed per-layer costs.
   bool TakeModelChanged();
+  // The dynamic-model schemes' counters in the iteration report (dynamism.h,
+  // iteration_report.h): how many slots they take, filled with this rank's
+  // counts after RunIteration, and handed their world sums once the
+  // report's all-reduce is done.
+  int DynamismReportSlots() const;
+  void FillDynamismReport(absl::Span<double> slots);
+  void DynamismReportSummed(int64_t iter, absl::Span<const double> slots);
 
   // Elastic re-packing: after a migration that left this stage its slice,
   // the job runs on `num_stages` stages over `transport` (new numbering) and
