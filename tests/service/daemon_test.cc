@@ -306,7 +306,8 @@ TEST_F(DaemonTest, OneCoordinatorPerAddressAndPerStateDirAndNoBadFlags) {
        {"--listen=127.0.0.1:99999", "--listen=nocolon", "--metrics_listen=:1",
         "--prepare_timeout_s=-1", "--prepare_timeout_s=nan", "--migration_bandwidth=0",
         "--auto_horizon_iterations=0", "--max_jobs=0", "--max_message_bytes=-5",
-        "--iteration_window=0", "--epoch_window=-1", "--log_format=xml", "--log_level=loud"}) {
+        "--iteration_window=0", "--epoch_window=-1", "--log_format=xml", "--log_level=loud",
+        "--malloc_arenas=-1", "--malloc_arenas=5000"}) {
     Result r = Shell(absl::StrCat("timeout 10 ", bin, " --listen=127.0.0.1:0 ", flags));
     EXPECT_EQ(r.rc, 2) << flags << ": " << r.out;
     EXPECT_NE(r.out.find(" level=error event=bad_flag error="), std::string::npos)
