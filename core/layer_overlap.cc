@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdlib>
 #include <map>
 #include <utility>
 #include <vector>
@@ -109,6 +110,7 @@ std::vector<RankOverlap> LayerOverlaps::Pairs() const {
     double d = 0;
     double var = 0;
     int layers = 0;
+    bool concurrent = true;
   };
   std::map<std::pair<int, int>, Sum> sums;
   // The variance of the mean of one entry's n samples of variance v: v / n
@@ -130,6 +132,8 @@ std::vector<RankOverlap> LayerOverlaps::Pairs() const {
         s.d += y->mean - x->mean;
         s.var += mean_var(*x) + mean_var(*y);
         ++s.layers;
+        s.concurrent = s.concurrent &&
+                       std::llabs(x->last - y->last) <= kConcurrentIterations;
       }
     }
   }
@@ -137,7 +141,7 @@ std::vector<RankOverlap> LayerOverlaps::Pairs() const {
   pairs.reserve(sums.size());
   for (const auto& [key, s] : sums) {
     pairs.push_back(RankOverlap{key.first, key.second, s.d / s.layers,
-                                std::sqrt(s.var / s.layers), s.layers});
+                                std::sqrt(s.var / s.layers), s.layers, s.concurrent});
   }
   return pairs;
 }

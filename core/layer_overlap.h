@@ -55,14 +55,24 @@ absl::Status ValidateLayerOverlapOptions(const LayerOverlapOptions& options);
 
 // Two ranks' evidence: `log_ratio` = mean over `layers` of u_b - u_a, with
 // `sd` its standard deviation (taken per layer, not divided by the number
-// of layers: one rank's layers share each iteration's noise).
+// of layers: one rank's layers share each iteration's noise). `concurrent`:
+// every one of those layers was timed on both ranks side by side (newest
+// times at most kConcurrentIterations apart: data-parallel replicas), not
+// on one before a move and on the other after it, where a change in the
+// layer's own cost at the switch reads as a speed.
 struct RankOverlap {
   int a = 0;
   int b = 0;  // a < b
   double log_ratio = 0;
   double sd = 0;
   int layers = 0;
+  bool concurrent = false;
 };
+
+// How far apart two ranks' newest times of a layer may be for the two to
+// count as timed side by side (reports of one iteration arrive a little
+// apart; a moved layer's sides are at least settle + min_samples apart).
+inline constexpr int64_t kConcurrentIterations = 2;
 
 class LayerOverlaps {
  public:

@@ -27,6 +27,10 @@ absl::Status ValidateRankSpeedOptions(const RankSpeedOptions& o) {
     return absl::InvalidArgumentError(
         "speed sigmas, publish_sigmas and min_change must be finite and >= 0");
   }
+  if (!std::isfinite(o.max_layer_correction) || o.max_layer_correction < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "speed max_layer_correction must be finite and >= 1, got ", o.max_layer_correction));
+  }
   if (o.confirmations < 1 || o.warmup < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "speed confirmations and warmup must be >= 1, got ", o.confirmations, " and ",
@@ -101,6 +105,7 @@ bool RankSpeeds::SetOverlaps(const std::vector<RankOverlap>& pairs) {
                   scale * std::max(std::log1p(options_.min_change), kPairSigmas * p.sd);
     kept.log_ratio = ratio;
     kept.sd = p.sd;
+    kept.concurrent = p.concurrent;
   }
   // Pairs not in this list keep their last word (a layer's times in doubt
   // for a while, a model change that voided the times): the ratio between
@@ -176,6 +181,38 @@ bool RankSpeeds::SetOverlaps(const std::vector<RankOverlap>& pairs) {
     }
   }
   for (size_t k = 0; k < n; ++k) x[k] -= anchor[find(k)];
+  // The probe measures the rank; the layers only refine it. Ranks whose
+  // layers were timed side by side (replicas) keep the differences those
+  // times show; what such a group (or a rank alone) moves as one, which
+  // only layers timed before and after a move can say, is bounded: such a
+  // layer cannot tell a slower rank from a change in its own cost at the
+  // switch (freezing, pruning or routing that moved without a model-change
+  // report), nor a rank whose share of a shared core follows how often it
+  // waits. One such layer once said 1.9x where every probe said 1
+  // (docs/benchmarks.md, "What-if through the coordinator's code").
+  std::vector<size_t> side(n);
+  for (size_t k = 0; k < n; ++k) side[k] = k;
+  auto side_of = [&side](size_t k) {
+    while (side[k] != k) k = side[k] = side[side[k]];
+    return k;
+  };
+  for (const auto& [key, kept] : pairs_) {
+    if (kept.concurrent) {
+      side[side_of(static_cast<size_t>(key.first))] = side_of(static_cast<size_t>(key.second));
+    }
+  }
+  // What a group moves as one: the correction of its member nearest its
+  // own probe (0 for a group that holds its linked ranks' anchor).
+  std::vector<double> common(n, std::numeric_limits<double>::infinity());
+  for (size_t k = 0; k < n; ++k) {
+    double& c = common[side_of(k)];
+    if (std::fabs(x[k]) < std::fabs(c)) c = x[k];
+  }
+  const double bound = std::log(options_.max_layer_correction);
+  for (size_t k = 0; k < n; ++k) {
+    const double c = common[side_of(k)];
+    x[k] += std::clamp(c, -bound, bound) - c;
+  }
   // A rank's correction is as uncertain as its best-measured pair (the
   // combined precision of its pairs).
   std::vector<double> precision(n, 0.0);

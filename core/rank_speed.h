@@ -44,8 +44,14 @@
 // its noise (4 times its spread, and min_change), and keeps counting down
 // to 3/4 of that; below, the pair says its ranks run as their probes say.
 // Each group of linked ranks keeps its fastest rank's probe level as is.
-// The corrections' spread joins the probes' in the gate that publishes a
-// speed.
+// A correction is bounded: ranks whose layers were timed side by side
+// (replicas) keep the differences those times show, but what such a group
+// (or a rank alone) moves as one, which only layers timed before and after
+// a move can say, stays within a factor max_layer_correction of its
+// probes: the probe measures the rank and such a layer only refines it,
+// since it cannot tell a slower rank from a change in its own cost at the
+// switch. The corrections' spread joins the probes' in the gate that
+// publishes a speed.
 //
 // Pure and deterministic; thread-compatible.
 #ifndef DYNMO_CORE_RANK_SPEED_H_
@@ -70,11 +76,14 @@ struct RankSpeedOptions {
   double settle_smoothing = 0.05;  // EWMA floor of the settled level, (0, 1]
   double publish_sigmas = 5.0;    // standard errors a published speed moves by
   LayerOverlapOptions overlap;   // the layers' own evidence
+  // The most the layers' evidence moves a probe's level, either way (>= 1;
+  // 1: the probes alone).
+  double max_layer_correction = 1.25;
 };
 
 // OK for weights in (0, 1], sigmas, publish_sigmas and min_change finite
-// and >= 0,
-// confirmations and warmup >= 1.
+// and >= 0, max_layer_correction finite and >= 1, confirmations and
+// warmup >= 1.
 absl::Status ValidateRankSpeedOptions(const RankSpeedOptions& options);
 
 class RankSpeeds {
@@ -137,11 +146,13 @@ class RankSpeeds {
   std::vector<std::vector<double>> pending_;  // probes in a row beyond the gate
   std::vector<double> correction_;     // c_r, log
   std::vector<double> correction_sd_;  // its spread, log
-  // Every pair's last evidence, and whether it was beyond noise.
+  // Every pair's last evidence, whether it was beyond noise, and whether
+  // its layers were timed side by side (RankOverlap::concurrent).
   struct Pair {
     double log_ratio = 0;
     double sd = 0;
     bool beyond = false;
+    bool concurrent = false;
   };
   std::map<std::pair<int, int>, Pair> pairs_;
 };

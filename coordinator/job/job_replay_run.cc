@@ -144,15 +144,10 @@ absl::StatusOr<JobReplayResult> Replay::Run() {
   std::vector<dynmo::v1::RegisterResponse> responses;
   if (absl::Status s = target_->Register(registrations, &responses); !s.ok()) return s;
   ranks_.resize(static_cast<size_t>(n));
+  // The trainers' cadence, their five start probes included.
   core::ProbeCadenceOptions cadence;
   cadence.every = config_.probe_every;
   cadence.steady_every = config_.probe_steady_every;
-  // The replay's probes are exact (probe_s times the rank's slowdown), so
-  // its ranks keep the watched pace from the start instead of the trainers'
-  // five start probes: with those, two freezing release cells of the
-  // what-if sweep lost 1.5-3.9% (a layer-overlap speed correction, refitted
-  // at other iterations, mispriced a re-pack; docs/benchmarks.md).
-  cadence.start_probes = 0;
   for (int r = 0; r < n; ++r) {
     ranks_[r].cadence = core::ProbeCadence(cadence);
     ranks_[r].pipeline_rank = r / config_.dp;

@@ -37,6 +37,7 @@ TEST(LayerOverlapTest, ReplicasGiveTheLayersRatioBeyondTheProbes) {
   EXPECT_EQ(pairs[0].layers, 3);
   EXPECT_NEAR(pairs[0].log_ratio, std::log(1 / 1.2), 1e-12);
   EXPECT_NEAR(pairs[0].sd, 0, 1e-12);
+  EXPECT_TRUE(pairs[0].concurrent);  // timed side by side
 }
 
 TEST(LayerOverlapTest, NothingBeforeEachSideSettledAndHasEnoughTimes) {
@@ -65,6 +66,7 @@ TEST(LayerOverlapTest, AMigratedLayerComparesItsTimesBeforeAndAfterTheMove) {
   ASSERT_EQ(pairs.size(), 1u);
   // u_1 - u_0 = log(0.030 / 0.015): rank 1 runs the layer 2x slower.
   EXPECT_NEAR(pairs[0].log_ratio, std::log(2.0), 1e-12);
+  EXPECT_FALSE(pairs[0].concurrent);  // before and after a move
   // The old side keeps its word as iterations pass.
   for (int64_t it = 13; it < 200; ++it) o.Add(0, 0, it, 0.015, 1e-3);
   ASSERT_EQ(o.Pairs().size(), 1u);
@@ -202,7 +204,8 @@ TEST(RankSpeedOverlapTest, TheLayersCorrectTheProbe) {
 TEST(RankSpeedOverlapTest, ARankNoPairLinksKeepsItsProbesWord) {
   // Ranks 0, 1 are replicas of one stage, ranks 2, 3 of another; rank 3's
   // layers run 1.5x slower than its probe says (against rank 2), rank 1 as
-  // its probe says. Rank 1 and rank 2 are linked to nothing else.
+  // its probe says. Rank 1 and rank 2 are linked to nothing else. Timed side
+  // by side, the replicas' difference stands whatever its size.
   RankSpeeds s(4, RankSpeedOptions{});
   for (int i = 0; i < 5; ++i) {
     s.AddProbe(0, 1e-3);
@@ -210,11 +213,44 @@ TEST(RankSpeedOverlapTest, ARankNoPairLinksKeepsItsProbesWord) {
     s.AddProbe(2, 1e-3);
     s.AddProbe(3, 1e-3);
   }
-  s.SetOverlaps({RankOverlap{0, 1, 0.0, 0.0, 2}, RankOverlap{2, 3, std::log(1.5), 0.0, 2}});
+  s.SetOverlaps({RankOverlap{0, 1, 0.0, 0.0, 2, /*concurrent=*/true},
+                 RankOverlap{2, 3, std::log(1.5), 0.0, 2, /*concurrent=*/true}});
   EXPECT_NEAR(s.speed(1), 0.5, 0.5 * 0.01);
   EXPECT_NEAR(s.speed(3), 1 / 1.5, 0.01);
   EXPECT_GT(s.speed(2), 0.99);
   EXPECT_GT(s.speed(0), 0.99);
+}
+
+// The layers refine a probe; they do not overrule it. A layer timed on
+// rank 0 before a move and on rank 1 after it says 1.9x, where both ranks'
+// probes say equal: what the what-if sweep's freezing replay saw when the
+// layer's own cost changed at the switch. The correction stops at
+// max_layer_correction, both ways (replicas timed side by side keep theirs:
+// ARankNoPairLinksKeepsItsProbesWord), and the option can hand speeds back
+// to the probes alone.
+TEST(RankSpeedOverlapTest, TheLayersMoveAProbesSpeedByAtMostTheBound) {
+  for (const double ratio : {1.9, 1 / 1.9}) {
+    RankSpeeds s(2, RankSpeedOptions{});
+    for (int i = 0; i < 5; ++i) {
+      s.AddProbe(0, 1e-3);
+      s.AddProbe(1, 1e-3);
+    }
+    EXPECT_TRUE(s.SetOverlaps({RankOverlap{0, 1, std::log(ratio), 0.0, 1}})) << ratio;
+    const double relative = s.correction(1) / s.correction(0);
+    EXPECT_NEAR(relative, ratio > 1 ? 1.25 : 1 / 1.25, 1e-9) << ratio;
+    // The slower side's speed: 1 / 1.25 against a full-speed partner.
+    EXPECT_NEAR(std::min(s.speed(0), s.speed(1)), 0.8, 1e-9) << ratio;
+  }
+  RankSpeedOptions probes_only;
+  probes_only.max_layer_correction = 1;
+  RankSpeeds s(2, probes_only);
+  for (int i = 0; i < 5; ++i) {
+    s.AddProbe(0, 1e-3);
+    s.AddProbe(1, 1e-3);
+  }
+  EXPECT_FALSE(s.SetOverlaps({RankOverlap{0, 1, std::log(1.9), 0.0, 1}}));
+  EXPECT_EQ(s.speed(1), 1.0);
+  EXPECT_EQ(s.correction(1), 1.0);
 }
 
 TEST(RankSpeedOverlapTest, MalformedPairsAreIgnored) {

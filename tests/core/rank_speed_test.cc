@@ -201,6 +201,11 @@ TEST(RankSpeedTest, OptionsAreValidated) {
   o = RankSpeedOptions{};
   o.sigmas = std::nan("");
   EXPECT_FALSE(ValidateRankSpeedOptions(o).ok());
+  for (const double bound : {0.9, std::nan(""), std::numeric_limits<double>::infinity()}) {
+    o = RankSpeedOptions{};
+    o.max_layer_correction = bound;
+    EXPECT_FALSE(ValidateRankSpeedOptions(o).ok()) << bound;
+  }
 }
 
 }  // namespace
