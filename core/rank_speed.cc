@@ -14,6 +14,23 @@ namespace {
 
 bool Weight(double w) { return std::isfinite(w) && w > 0 && w <= 1; }
 
+// Ranks 0..n-1 in groups joined pair by pair (union-find, path halving);
+// Of(k) names k's group by one of its members.
+class RankGroups {
+ public:
+  explicit RankGroups(size_t n) : parent_(n) {
+    for (size_t k = 0; k < n; ++k) parent_[k] = k;
+  }
+  void Join(int a, int b) { parent_[Of(static_cast<size_t>(a))] = Of(static_cast<size_t>(b)); }
+  size_t Of(size_t k) {
+    while (parent_[k] != k) k = parent_[k] = parent_[parent_[k]];
+    return k;
+  }
+
+ private:
+  std::vector<size_t> parent_;
+};
+
 }  // namespace
 
 absl::Status ValidateRankSpeedOptions(const RankSpeedOptions& o) {
@@ -160,27 +177,20 @@ bool RankSpeeds::SetOverlaps(const std::vector<RankOverlap>& pairs) {
   // probe is taken at its word for the group's fastest rank (its layers
   // run as fast as its probe says, beside every rank no pair links): each
   // group is shifted so that its fastest rank's correction is 0.
-  std::vector<size_t> group(n);
-  for (size_t k = 0; k < n; ++k) group[k] = k;
-  auto find = [&group](size_t k) {
-    while (group[k] != k) k = group[k] = group[group[k]];
-    return k;
-  };
-  for (const RankOverlap& p : used) {
-    group[find(static_cast<size_t>(p.a))] = find(static_cast<size_t>(p.b));
-  }
+  RankGroups groups(n);
+  for (const RankOverlap& p : used) groups.Join(p.a, p.b);
   std::vector<double> anchor(n, 0.0);
   std::vector<double> fastest(n, std::numeric_limits<double>::infinity());
   for (size_t k = 0; k < n; ++k) {
     if (!Warm(k)) continue;
     const double effective = settled_[k] * std::exp(x[k]);
-    const size_t g = find(k);
+    const size_t g = groups.Of(k);
     if (effective < fastest[g]) {
       fastest[g] = effective;
       anchor[g] = x[k];
     }
   }
-  for (size_t k = 0; k < n; ++k) x[k] -= anchor[find(k)];
+  for (size_t k = 0; k < n; ++k) x[k] -= anchor[groups.Of(k)];
   // The probe measures the rank; the layers only refine it. Ranks whose
   // layers were timed side by side (replicas) keep the differences those
   // times show; what such a group (or a rank alone) moves as one, which
@@ -190,27 +200,20 @@ bool RankSpeeds::SetOverlaps(const std::vector<RankOverlap>& pairs) {
   // report), nor a rank whose share of a shared core follows how often it
   // waits. One such layer once said 1.9x where every probe said 1
   // (docs/benchmarks.md, "What-if through the coordinator's code").
-  std::vector<size_t> side(n);
-  for (size_t k = 0; k < n; ++k) side[k] = k;
-  auto side_of = [&side](size_t k) {
-    while (side[k] != k) k = side[k] = side[side[k]];
-    return k;
-  };
+  RankGroups side_by_side(n);
   for (const auto& [key, kept] : pairs_) {
-    if (kept.concurrent) {
-      side[side_of(static_cast<size_t>(key.first))] = side_of(static_cast<size_t>(key.second));
-    }
+    if (kept.concurrent) side_by_side.Join(key.first, key.second);
   }
   // What a group moves as one: the correction of its member nearest its
   // own probe (0 for a group that holds its linked ranks' anchor).
   std::vector<double> common(n, std::numeric_limits<double>::infinity());
   for (size_t k = 0; k < n; ++k) {
-    double& c = common[side_of(k)];
+    double& c = common[side_by_side.Of(k)];
     if (std::fabs(x[k]) < std::fabs(c)) c = x[k];
   }
   const double bound = std::log(options_.max_layer_correction);
   for (size_t k = 0; k < n; ++k) {
-    const double c = common[side_of(k)];
+    const double c = common[side_by_side.Of(k)];
     x[k] += std::clamp(c, -bound, bound) - c;
   }
   // A rank's correction is as uncertain as its best-measured pair (the
