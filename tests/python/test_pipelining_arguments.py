@@ -104,18 +104,31 @@ def test_a_refused_argument_is_one_invalid_argument_error_naming_it(one_rank, ar
         assert all(torch.equal(state[k], after[name][1][k]) for k in state)
 
 
-def test_a_constructor_that_fails_late_leaves_the_model_whole(one_rank):
+@pytest.mark.parametrize("data_parallel", ["ddp", "fsdp2"])
+def test_a_constructor_that_fails_late_leaves_the_model_whole(one_rank, data_parallel):
+    # Under FSDP2 the failure comes after the layers were sharded: the
+    # user's modules are neither FSDP units nor hold DTensors afterwards.
+    from torch.distributed.fsdp import FSDPModule
+
     def refusing_optimizer(params):
         raise RuntimeError("no optimizer today")
 
     model = _model()
     before = _snapshot(model)
+    classes = {name: type(m) for name, m in model.named_modules()}
+    params = {name: id(p) for name, p in model.named_parameters()}
     with pytest.raises(RuntimeError, match="no optimizer today"):
-        _pipe(model, optimizer=refusing_optimizer)
-    assert {n: i for n, (i, _) in _snapshot(model).items()} == \
-        {n: i for n, (i, _) in before.items()}
+        _pipe(model, optimizer=refusing_optimizer, data_parallel=data_parallel)
+    after = _snapshot(model)
+    assert {n: i for n, (i, _) in after.items()} == {n: i for n, (i, _) in before.items()}
+    for name, (_, state) in before.items():
+        assert all(type(after[name][1][k]) is torch.Tensor and torch.equal(v, after[name][1][k])
+                   for k, v in state.items()), name
+    assert {name: type(m) for name, m in model.named_modules()} == classes
+    assert not any(isinstance(m, FSDPModule) for m in model.modules())
+    assert {name: id(p) for name, p in model.named_parameters()} == params
     assert len(model.layers) == 4
-    pipe = _pipe(model)  # and it still builds a pipeline
+    pipe = _pipe(model, data_parallel=data_parallel)  # and it still builds a pipeline
     assert sorted(pipe.held_layers()) == list(range(6))
     pipe.close()
 

@@ -144,6 +144,43 @@ def test_under_torchrun_a_rank_failure_ends_the_job(tmp_path):
     assert not _left_behind(tmp_path)
 
 
+def _dynmo_torchrun(tmp_path, *script):
+    return subprocess.run(
+        [sys.executable, "-m", "dynmo.torchrun", "--nproc_per_node=2", "--max_restarts=0",
+         f"--rdzv_endpoint=127.0.0.1:{_free_port()}", "--rdzv_backend=c10d", *script],
+        env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        timeout=240)
+
+
+def test_under_dynmo_torchrun_a_failure_is_the_ranks_lines_and_one_more(tmp_path):
+    # torchrun's launcher, without its report: each rank's own line, then
+    # one naming the rank that failed first; the exit status is that rank's.
+    run = _dynmo_torchrun(tmp_path, WORKER, "forward", "1")
+    lines = [l for l in run.stderr.splitlines() if l.strip()]
+    assert run.returncode == 1, lines
+    # Rank 0's watcher may end it (status 1) before rank 1 exits, or
+    # torchrun may stop it first: the line says which.
+    assert re.fullmatch(r"dynmo\.torchrun: rank_failure_worker\.py failed: (ranks 0, 1 exited "
+                        r"with status 1|rank [01] exited with status 1; torchrun stopped "
+                        r"rank [01])", lines[-1]), lines
+    assert 1 <= len(lines) - 1 <= 2, lines  # each rank's one line (the other may be stopped)
+    assert all("rank 1 failed: " in l and "injected at forward" in l for l in lines[:-1]), lines
+    assert not _left_behind(tmp_path)
+
+
+def test_under_dynmo_torchrun_a_refused_flag_is_two_lines_and_status_2(tmp_path):
+    example = os.path.join(HERE, "..", "..", "examples", "torch", "llama_pipelining.py")
+    run = _dynmo_torchrun(tmp_path, example, "--heads", "3", "--device", "cpu")
+    lines = [l for l in run.stderr.splitlines() if l.strip()]
+    assert run.returncode == 2, lines
+    # Both ranks refuse alike: whichever torchrun saw first is named.
+    assert len(lines) == 2 and lines[0] == "llama_pipelining: --heads 3 must divide --dim 128 " \
+                                           "into even head sizes", lines
+    assert re.fullmatch(r"dynmo\.torchrun: llama_pipelining\.py failed: (ranks 0, 1 exited "
+                        r"with status 2|rank [01] exited with status 2; torchrun stopped "
+                        r"rank [01])", lines[1]), lines
+
+
 def test_the_example_ends_both_ranks_on_a_full_disk(tmp_path):
     # examples/torch/llama_pipelining.py's own loop: rank 0's --log_json
     # write fails in iteration 0 (/dev/full); each rank says so in one line.

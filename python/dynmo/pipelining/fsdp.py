@@ -11,7 +11,11 @@ state are DTensors holding this replica's shard.
 
 A layer is sharded once, when it comes to a rank (built, or received by a
 migration into an empty layer sharded first); it keeps its FSDP unit as it
-changes chunks. Every replica group has the same size and every layer the
+changes chunks. At construction the units are sharded copies of the
+user's modules (``sharded_copy``), so a constructor that fails after this
+step leaves the user's model whole; the cost is that the user's layers
+stay allocated beside their shards until the pipeline is built (a
+transient (1 + 1/dp)x of the held layers), then the originals go. Every replica group has the same size and every layer the
 same placement, so replica ``r`` of any stage holds the same shard of a
 layer as replica ``r`` of any other: a migration moves each replica's
 shard to its peer replica (``dynmo.torch.migration`` carries a DTensor's
@@ -26,7 +30,8 @@ there). Not thread-safe: the training thread.
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence
+import copy
+from typing import List, Optional, Sequence
 
 import torch
 import torch.distributed as dist
@@ -53,6 +58,15 @@ def shard_layer(modules: Sequence[nn.Module], mesh: DeviceMesh) -> None:
     for m in modules:
         if not isinstance(m, FSDPModule) and any(True for _ in m.parameters()):
             fully_shard(m, mesh=mesh, reshard_after_forward=_RESHARD_AFTER_FORWARD)
+
+
+def sharded_copy(modules: Sequence[nn.Module], mesh: DeviceMesh) -> List[nn.Module]:
+    """Copies of a layer's ``modules`` (one copy of the list: what they
+    share stays shared), each made an FSDP unit over ``mesh``; ``modules``
+    are left as they were."""
+    copies = copy.deepcopy(list(modules))
+    shard_layer(copies, mesh)
+    return copies
 
 
 def shard_chunk(chunk: nn.Module, layers: Sequence[Sequence[nn.Module]],

@@ -113,6 +113,8 @@ class ModelParts:
         self.skeleton: Dict[int, List[nn.Module]] = {}
         self.held: Dict[int, List[nn.Module]] = {}
         self._came_from: Dict[int, List[Optional[torch.device]]] = {}
+        # The user's modules of a layer held as copies (replace_held), for restore.
+        self._originals: Dict[int, List[nn.Module]] = {}
         for layer in range(layout.num_layers):
             modules = [model.get_submodule(f) for f in layout.fqns(layer)]
             self.skeleton[layer] = [_meta_copy(m) for m in modules]
@@ -126,11 +128,19 @@ class ModelParts:
         memo[id(blocks)] = nn.ModuleDict()
         self.shell = copy.deepcopy(model, memo).to(device)
 
+    def replace_held(self, layer: int, modules: Sequence[nn.Module]) -> None:
+        """Holds ``modules`` (copies made from the user's, such as FSDP2's
+        sharded units) for ``layer`` in place of the user's own, which
+        ``restore`` still returns whole until ``take_apart``."""
+        self._originals.setdefault(layer, self.held[layer])
+        self.held[layer] = list(modules)
+
     def restore(self) -> None:
-        """Moves the held layers back to the devices they came from (the
-        user's model as it was, when the pipeline is not built)."""
+        """Moves the user's held layers back to the devices they came from
+        (the user's model as it was, when the pipeline is not built)."""
         for layer, devices in self._came_from.items():
-            for module, device in zip(self.held.get(layer, ()), devices):
+            own = self._originals.get(layer, self.held.get(layer, ()))
+            for module, device in zip(own, devices):
                 if device is not None:
                     module.to(device)
 
@@ -138,6 +148,7 @@ class ModelParts:
         """Empties the user's ``model`` of its layers (the held ones live on
         in the stages; the others are freed): once the pipeline is built."""
         lay = self.layout
+        self._originals.clear()
         for fqn in (*lay.first, *lay.last):
             _set(model, fqn, None)
         _set(model, lay.blocks, type(model.get_submodule(lay.blocks))())

@@ -66,7 +66,7 @@ from dynmo import _core
 from dynmo.pipelining.arguments import Arguments, check_arguments
 from dynmo.pipelining.cost_meter import CostMeter
 from dynmo.pipelining.failure import JobFailure, abort_process_groups
-from dynmo.pipelining.fsdp import replica_mesh, shard_chunk, shard_layer
+from dynmo.pipelining.fsdp import replica_mesh, shard_chunk, shard_layer, sharded_copy
 from dynmo.pipelining.iteration_report import gather_summary, report_costs
 from dynmo.pipelining.job_link import JobLink
 from dynmo.pipelining.layout import ModelParts
@@ -196,8 +196,9 @@ class DynamicPipeline:
         self.parts = ModelParts(model, self.layout, held, self.device)
         self._mesh = replica_mesh(self.topology.dp_group, self.device) if fsdp2 else None
         if self._mesh is not None:
-            for modules in self.parts.held.values():
-                shard_layer(modules, self._mesh)
+            # Sharded copies: a failure from here on leaves the user's layers whole.
+            for layer in list(self.parts.held):
+                self.parts.replace_held(layer, sharded_copy(self.parts.held[layer], self._mesh))
         self.optimizer = g["optimizer"](_distinct(self.parts.parameters()))
         self.lr_scheduler = g["lr_scheduler"](self.optimizer) if g["lr_scheduler"] else None
         # A parameter two layers share (tied embeddings) stays one parameter
