@@ -31,7 +31,10 @@ rank that raises ends every rank within seconds with one line naming it
 and its error (``pipe.close(error=e)``, dynmo/pipelining/failure.py), exit
 status 1; a rank that dies or falls silent mid-migration ends every
 survivor with one line (``MigrationError``, within
-``--migration_timeout_s``) and exit status 3.
+``--migration_timeout_s``) and exit status 3. Started with ``python -m
+dynmo.torchrun`` instead of ``torchrun`` (the same flags and launcher),
+a failed run ends with one more line, how each rank ended, instead of
+torchrun's report, and exits with the first rank's status.
 """
 from __future__ import annotations
 
