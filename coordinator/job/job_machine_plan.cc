@@ -44,7 +44,7 @@ absl::Status JobMachine::Carry(PlanReady ready, absl::Time now, JobEffects* out)
   }
   if (ready.resumed) rebalancer_.OnResumed();
   if (ready.persist != PlanReady::Persist::kNo) {
-    if (absl::Status s = Persist(); !s.ok()) {
+    if (absl::Status s = journal_->CommitJob(Record()); !s.ok()) {
       if (ready.persist == PlanReady::Persist::kFirst) {
         // Nothing of `ready` leaves: the lifecycle undoes or aborts it.
         Carry(plans_.Undurable(s, now), now, out).IgnoreError();

@@ -31,6 +31,11 @@ class Outbox final : public SessionSink {
   void Send(std::shared_ptr<const CoordinatorMessage> message) override {
     stream_.Write(Encoded(*message));
   }
+  // The delivery's call: one rank's session needs no addressing.
+  void SendTo(absl::Span<const int> /*ranks*/,
+              std::shared_ptr<const CoordinatorMessage> message) override {
+    stream_.Write(Encoded(*message));
+  }
   void Close(const absl::Status& status) override {
     stream_.Finish(ToGrpcStatus(status));
   }
@@ -113,10 +118,14 @@ class SessionReactor final : public RawReactor {
       return absl::OkStatus();
     }
     switch (in_.kind_case()) {
-      case AgentMessage::kReport:
-        return job_->OnReport(rank_, in_.report());
-      case AgentMessage::kAck:
-        return job_->OnAck(rank_, in_.ack());
+      case AgentMessage::kReport: {
+        const UpstreamMessage one[] = {{rank_, &in_.report(), nullptr}};
+        return job_->OnUpstream(one);
+      }
+      case AgentMessage::kAck: {
+        const UpstreamMessage one[] = {{rank_, nullptr, &in_.ack()}};
+        return job_->OnUpstream(one);
+      }
       case AgentMessage::kHello:
         return absl::InvalidArgumentError("hello sent twice on one session");
       default:

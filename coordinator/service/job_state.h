@@ -101,6 +101,10 @@ class JobState {
   // nothing. The caller checked that each rank is carried by the session.
   absl::Status OnHostBatch(const dynmo::v1::HostBatch& batch);
 
+  // One rank's upstream messages (a Session's one at a time: the service
+  // calls this), checked and applied under one lock.
+  absl::Status OnUpstream(absl::Span<const UpstreamMessage> messages);
+  // OnUpstream of one message.
   absl::Status OnReport(int rank, const dynmo::v1::IterationReport& report);
   absl::Status OnAck(int rank, const dynmo::v1::PlanAck& ack);
 
@@ -132,7 +136,6 @@ class JobState {
   absl::Status Persist();
 
  private:
-  absl::Status OnUpstream(absl::Span<const UpstreamMessage> messages);
   // Carries out what the machine asked for: closes and messages to
   // `delivery` (with a turn), events into the log, counters and measures
   // into the metrics, released GPUs into the pool.
