@@ -48,6 +48,12 @@ absl::Status ValidateRankSpeedOptions(const RankSpeedOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat(
         "speed max_layer_correction must be finite and >= 1, got ", o.max_layer_correction));
   }
+  if (!std::isfinite(o.doubt_sigmas) || o.doubt_sigmas < 0 ||
+      !std::isfinite(o.doubt_min_change) || o.doubt_min_change < 0 || o.doubt_probes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "speed doubt_sigmas and doubt_min_change must be finite and >= 0 and doubt_probes "
+        ">= 0, got ", o.doubt_sigmas, ", ", o.doubt_min_change, " and ", o.doubt_probes));
+  }
   if (o.confirmations < 1 || o.warmup < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "speed confirmations and warmup must be >= 1, got ", o.confirmations, " and ",
@@ -64,6 +70,7 @@ RankSpeeds::RankSpeeds(int ranks, const RankSpeedOptions& options)
       settled_f_(level_.size(), 0.0),
       var_(level_.size(), 0.0),
       published_(level_.size(), 1.0),
+      doubt_(level_.size(), 0),
       count_(level_.size(), 0),
       pending_(level_.size()),
       correction_(level_.size(), 0.0),
@@ -253,6 +260,12 @@ double RankSpeeds::RelativeNoise(size_t r, double pooled) const {
   return std::max(own, pooled);
 }
 
+bool RankSpeeds::in_doubt(int rank) const {
+  if (rank < 0 || rank >= ranks()) return false;
+  const size_t r = static_cast<size_t>(rank);
+  return doubt_[r] != 0 && count_[r] < options_.warmup + options_.doubt_probes;
+}
+
 bool RankSpeeds::may_be_faster(int rank) const {
   if (rank < 0 || rank >= ranks()) return false;
   const std::vector<double>& pending = pending_[static_cast<size_t>(rank)];
@@ -383,9 +396,14 @@ bool RankSpeeds::Publish() {
     // speed) at `sigmas`: its first value came from few probes.
     const double gap = std::fabs(raw - published_[k]);
     const double bar = published_[k] == 1.0 ? options_.publish_sigmas : options_.sigmas;
-    if (gap > options_.min_change * published_[k] && gap > bar * raw * std::sqrt(var)) {
+    const bool beyond = gap > options_.min_change * published_[k];
+    if (beyond && gap > bar * raw * std::sqrt(var)) {
       published_[k] = raw;
       changed = true;
+      doubt_[k] = 0;
+    } else {
+      doubt_[k] = beyond && gap > options_.doubt_min_change * published_[k] &&
+                  gap > options_.doubt_sigmas * raw * std::sqrt(var);
     }
   }
   return changed;

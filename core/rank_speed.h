@@ -53,6 +53,16 @@
 // switch. The corrections' spread joins the probes' in the gate that
 // publishes a speed.
 //
+// A rank whose warm-up probes scattered too much to publish what their
+// level says may be in doubt: its level lies beyond min_change and
+// `doubt_sigmas` (fewer than publish_sigmas) standard errors of its
+// published speed, and by more than doubt_min_change (a straggler, not
+// the scatter of equal ranks' few probes), and it is within
+// `doubt_probes` probes of the end of its warm-up. Priced at the published speed, such a rank's layers look
+// lighter or heavier than they run; a decision waits those few probes
+// for the speed (a straggler whose start probes scattered once had its
+// first plan priced at speed 1 and stop a move short).
+//
 // Pure and deterministic; thread-compatible.
 #ifndef DYNMO_CORE_RANK_SPEED_H_
 #define DYNMO_CORE_RANK_SPEED_H_
@@ -79,11 +89,17 @@ struct RankSpeedOptions {
   // The most the layers' evidence moves a probe's level, either way (>= 1;
   // 1: the probes alone).
   double max_layer_correction = 1.25;
+  // A warm rank is in doubt (in_doubt) while its level is beyond
+  // min_change and this many standard errors of its published speed, for
+  // at most `doubt_probes` probes after its warm-up (0: never in doubt).
+  double doubt_sigmas = 2.0;
+  double doubt_min_change = 0.15;  // ... and beyond this much of the speed
+  int doubt_probes = 4;
 };
 
-// OK for weights in (0, 1], sigmas, publish_sigmas and min_change finite
-// and >= 0, max_layer_correction finite and >= 1, confirmations and
-// warmup >= 1.
+// OK for weights in (0, 1], sigmas, publish_sigmas, doubt_sigmas,
+// doubt_min_change and min_change finite and >= 0, max_layer_correction finite and >= 1,
+// confirmations and warmup >= 1, doubt_probes >= 0.
 absl::Status ValidateRankSpeedOptions(const RankSpeedOptions& options);
 
 class RankSpeeds {
@@ -113,6 +129,10 @@ class RankSpeeds {
   // priced at the old one, look cheaper than they are. False for a rank out
   // of range.
   bool may_be_faster(int rank) const;
+  // Whether `rank` is warm but its probes have not yet published the
+  // speed its level calls for, within doubt_probes of its warm-up (see
+  // above). False for a rank out of range.
+  bool in_doubt(int rank) const;
   // The layers' correction of `rank`'s probe level, exp(c_r); 1 without
   // overlaps.
   double correction(int rank) const;
@@ -142,6 +162,7 @@ class RankSpeeds {
   std::vector<double> settled_f_;  // sum of its weights squared: se^2 / sd^2
   std::vector<double> var_;        // spread of the probes around the level
   std::vector<double> published_;  // what decisions use
+  std::vector<char> doubt_;        // level beyond the published speed, unproven
   std::vector<int> count_;         // probes so far
   std::vector<std::vector<double>> pending_;  // probes in a row beyond the gate
   std::vector<double> correction_;     // c_r, log

@@ -119,8 +119,9 @@ bool JobSpeeds::Rising(const RankRoster& roster, const JobLayout& layout) const 
 }
 
 bool JobSpeeds::Warming(const RankRoster& roster, const JobLayout& layout) const {
-  return AnyActiveRank(roster, layout,
-                       [&](int k) { return speeds_.probes(k) > 0 && !speeds_.warm(k); });
+  return AnyActiveRank(roster, layout, [&](int k) {
+    return (speeds_.probes(k) > 0 && !speeds_.warm(k)) || speeds_.in_doubt(k);
+  });
 }
 
 void JobSpeeds::OnStage(int rank, int replica, const std::vector<core::LayerCost>& layers,

@@ -64,7 +64,8 @@ class JobSpeeds {
   bool Rising(const RankRoster& roster, const JobLayout& layout) const;
   // Whether an active rank has probed but not yet as often as a speed
   // needs (core::RankSpeedOptions::warmup): its layers are priced at speed
-  // 1 until then. O(ranks).
+  // 1 until then; or is warm but in doubt (core::RankSpeeds::in_doubt: its
+  // level not yet published, for a few probes). O(ranks).
   bool Warming(const RankRoster& roster, const JobLayout& layout) const;
   // Every stage's exchanges per micro-batch at speed 1: what the active
   // rank that waits least measured (the bottleneck's are nearly all

@@ -58,7 +58,9 @@ struct RebalanceContext {
   // probes, core::ProbeCadenceOptions::start_probes): priced at speed 1, a
   // straggler's layers look heavy in themselves and a plan now would stop
   // short of the split its speed calls for; auto waits the few iterations
-  // its probes take.
+  // its probes take. Also while a warm rank is in doubt (its level beyond
+  // its published speed, not yet proven: core::RankSpeeds::in_doubt, a few
+  // probes at most).
   bool speed_warming = false;
   // How much more than independent the layers' noise adds up on the
   // noisiest rank (JobSpeeds::NoiseInflation, >= 1): the auto gate's gain

@@ -1,6 +1,7 @@
 // JobMachine with ranks of unequal speed: the split, re-packing and the
 // exchanges priced at each rank's measured speed (core/rank_speed.h).
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -80,12 +81,17 @@ TEST(JobMachineSpeedTest, ASlowRankGetsTheExactSplitForItsSpeed) {
   EXPECT_EQ(Ints(r->plan().boundaries()), (std::vector<int>{0, 7, 10}));
 }
 
-// Under the auto trigger a rank that has begun probing holds the first plan
-// until its speed is known: a straggler at half speed, probed on its first
-// five iterations (core::ProbeCadenceOptions::start_probes), gets the
-// exact split for its speed as its first plan (0,7,10), not the one its
-// layers' times priced at speed 1 call for (0,6,10) and a second plan later.
-TEST(JobMachineSpeedTest, AutoWaitsForAProbingRanksSpeedBeforeItsFirstPlan) {
+// A two-rank auto job of 10 equal layers, rank 1 at half speed, reporting
+// every iteration with the probe times `probe(rank, iteration)` gives
+// (<= 0: no probe that iteration): when the first rank_speed event came,
+// whether the trigger said it waited for a speed, and the first plan.
+struct FirstPlan {
+  int64_t speed_at = -1;
+  bool held = false;
+  int64_t issued_at = -1;
+  std::vector<int> issued;
+};
+FirstPlan RunToTheFirstPlan(const std::function<double(int, int)>& probe) {
   JobOptions options;
   options.default_policy.trigger = Trigger{Trigger::Kind::kAuto};
   options.plan_lead_iterations = 2;
@@ -100,18 +106,15 @@ TEST(JobMachineSpeedTest, AutoWaitsForAProbingRanksSpeedBeforeItsFirstPlan) {
     regs.back().set_pipeline_size(2);
     regs.back().set_num_layers(10);
   }
-  ASSERT_EQ(RegisterAndAttach(m, regs, absl::UnixEpoch()).size(), 2u);
+  FirstPlan out;
+  if (RegisterAndAttach(m, regs, absl::UnixEpoch()).size() != 2u) return out;
   const std::vector<double> slow = {1.0, 2.0};
-  int64_t issued_at = -1;
-  std::vector<int> issued;
-  int64_t speed_at = -1;
-  bool held = false;
-  for (int it = 0; it < 30 && issued_at < 0; ++it) {
+  for (int it = 0; it < 40 && out.issued_at < 0; ++it) {
     std::vector<dynmo::v1::IterationReport> reports(2);
     std::vector<UpstreamMessage> up;
     for (int r = 0; r < 2; ++r) {
       reports[r].set_iteration(it);
-      if (it < 5) reports[r].set_probe_s(0.001 * slow[r]);  // the start's probes
+      if (probe(r, it) > 0) reports[r].set_probe_s(probe(r, it));
       for (int l = r * 5; l < (r + 1) * 5; ++l) {
         auto* s = reports[r].add_layers();
         s->set_layer(l);
@@ -121,23 +124,53 @@ TEST(JobMachineSpeedTest, AutoWaitsForAProbingRanksSpeedBeforeItsFirstPlan) {
       up.push_back({r, &reports[r], nullptr});
     }
     JobEffects fx;
-    ASSERT_TRUE(m.OnUpstream(up, absl::UnixEpoch(), &fx).ok());
+    if (!m.OnUpstream(up, absl::UnixEpoch(), &fx).ok()) return out;
     m.Tick(absl::UnixEpoch(), &fx);
     for (const JobEvent& e : fx.events) {
-      if (e.name == "rank_speed" && speed_at < 0) speed_at = it;
+      if (e.name == "rank_speed" && out.speed_at < 0) out.speed_at = it;
     }
-    held = held || m.Status().note().find("still being probed") != std::string::npos;
+    out.held = out.held || m.Status().note().find("still being probed") != std::string::npos;
     for (const JobEffects::Send& send : fx.sends) {
-      if (issued_at >= 0 || !send.message->has_prepare()) continue;
-      issued_at = it;
-      issued.assign(send.message->prepare().boundaries().begin(),
-                    send.message->prepare().boundaries().end());
+      if (out.issued_at >= 0 || !send.message->has_prepare()) continue;
+      out.issued_at = it;
+      out.issued.assign(send.message->prepare().boundaries().begin(),
+                        send.message->prepare().boundaries().end());
     }
   }
-  EXPECT_EQ(speed_at, 4) << "published on the fifth probe";
-  EXPECT_TRUE(held) << "the trigger waited for the probes";
-  ASSERT_GE(issued_at, speed_at);
-  EXPECT_EQ(issued, (std::vector<int>{0, 7, 10}));
+  return out;
+}
+
+// Under the auto trigger a rank that has begun probing holds the first plan
+// until its speed is known: a straggler at half speed, probed on its first
+// five iterations (core::ProbeCadenceOptions::start_probes), gets the
+// exact split for its speed as its first plan (0,7,10), not the one its
+// layers' times priced at speed 1 call for (0,6,10) and a second plan later.
+TEST(JobMachineSpeedTest, AutoWaitsForAProbingRanksSpeedBeforeItsFirstPlan) {
+  const FirstPlan p = RunToTheFirstPlan([](int r, int it) {
+    return it < 5 ? 0.001 * (r == 1 ? 2.0 : 1.0) : 0.0;  // the start's probes
+  });
+  EXPECT_EQ(p.speed_at, 4) << "published on the fifth probe";
+  EXPECT_TRUE(p.held) << "the trigger waited for the probes";
+  ASSERT_GE(p.issued_at, p.speed_at);
+  EXPECT_EQ(p.issued, (std::vector<int>{0, 7, 10}));
+}
+
+// The same straggler whose five start probes scatter too much to publish
+// its speed (core::RankSpeeds::in_doubt): auto goes on waiting, through
+// the probes every fifth iteration, until the speed is published, and the
+// first plan is still the split for it, where it used to be priced at
+// speed 1 (0,6,10) as soon as the fifth probe was in.
+TEST(JobMachineSpeedTest, AutoWaitsForAStragglerWhoseStartProbesScattered) {
+  const FirstPlan p = RunToTheFirstPlan([](int r, int it) {
+    static const double kScattered[] = {1.0, 3.0, 1.2, 2.8, 1.0};  // mean 1.8
+    if (r == 0) return it < 5 || it % 5 == 0 ? 0.001 : 0.0;
+    if (it < 5) return 0.001 * kScattered[it];
+    return it % 5 == 0 ? 0.002 : 0.0;
+  });
+  EXPECT_GT(p.speed_at, 4) << "not published by the start's probes";
+  EXPECT_TRUE(p.held);
+  ASSERT_GE(p.issued_at, p.speed_at) << "no plan before the speed";
+  EXPECT_EQ(p.issued, (std::vector<int>{0, 7, 10}));
 }
 
 // Re-packing releases the slowest rank first, even in the middle of the
