@@ -14,16 +14,16 @@ one line of its own:
 
     dynmo.torchrun: train.py failed: ranks 0, 1 exited with status 1
 
-naming how each rank ended (those torchrun stopped after the first
+saying how each rank ended (those torchrun stopped after the first
 failure last; which rank caused it, the ranks' own lines say), and exits
 with the status of the first rank to end of its own accord (128 + N for
-a rank killed by signal N),
-so ``$?`` still tells a refusal (2) from a failure (1) or a dead peer (3)
-as the example documents them. ``DYNMO_TORCHRUN_VERBOSE=1`` keeps
-torchrun's report as well (the same as running torchrun). A worker that
-wrote torchrun's error file (``@record``) has that error's first line in
-the summary. Bad torchrun flags are torchrun's parser's own error, a value it
-refuses later one line (exit 2 both).
+a rank killed by signal N), so ``$?`` still tells a refusal (2) from a
+failure (1) or a dead peer (3) as the example documents them.
+``DYNMO_TORCHRUN_VERBOSE=1`` keeps torchrun's report (the same as
+running torchrun). A worker that wrote torchrun's error file
+(``@record``) has that error's first line in the summary. A bad torchrun
+flag is torchrun's parser's own error, a value torchrun refuses later
+one line; both exit 2.
 
 Not thread-safe; the process's main thread.
 """
@@ -110,13 +110,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = torchrun.parse_args(sys.argv[1:] if argv is None else argv)
     verbose = os.environ.get("DYNMO_TORCHRUN_VERBOSE", "") not in ("", "0")
     if not verbose:
-        quiet = _WorkerFailureRecords()
-        for name in ("torch.distributed.elastic", "torch.distributed.run",
-                     "torch.distributed.launcher"):
-            logging.getLogger(name).addFilter(quiet)
-        for handler in logging.getLogger().handlers:
-            handler.addFilter(quiet)
-        _filter_every_elastic_logger(quiet)
+        _quiet_failure_records()
     try:
         torchrun.run(args)
     except ChildFailedError as e:
@@ -133,13 +127,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     return 0
 
 
-def _filter_every_elastic_logger(quiet: logging.Filter) -> None:
-    """The elastic agent's modules each log through their own logger (and
-    handler): the filter goes on every one of them created so far."""
+def _quiet_failure_records() -> None:
+    """Puts _WorkerFailureRecords on every torch.distributed logger created
+    so far (a logger's filter sees the records it emits) and on the
+    handlers of torch's logger and the root (which see those of loggers
+    created later, as they propagate)."""
+    quiet = _WorkerFailureRecords()
     for name, logger in list(logging.root.manager.loggerDict.items()):
-        if not isinstance(logger, logging.Logger) or not name.startswith("torch.distributed"):
-            continue
-        logger.addFilter(quiet)
+        if isinstance(logger, logging.Logger) and name.startswith("torch.distributed"):
+            logger.addFilter(quiet)
+    for logger in (logging.getLogger("torch"), logging.getLogger()):
         for handler in logger.handlers:
             handler.addFilter(quiet)
 

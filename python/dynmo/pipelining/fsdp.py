@@ -15,7 +15,9 @@ changes chunks. At construction the units are sharded copies of the
 user's modules (``sharded_copy``), so a constructor that fails after this
 step leaves the user's model whole; the cost is that the user's layers
 stay allocated beside their shards until the pipeline is built (a
-transient (1 + 1/dp)x of the held layers), then the originals go. Every replica group has the same size and every layer the
+transient (1 + 1/dp)x of the held layers), then the originals go.
+
+Every replica group has the same size and every layer the
 same placement, so replica ``r`` of any stage holds the same shard of a
 layer as replica ``r`` of any other: a migration moves each replica's
 shard to its peer replica (``dynmo.torch.migration`` carries a DTensor's
