@@ -58,10 +58,11 @@
 // `doubt_sigmas` (fewer than publish_sigmas) standard errors of its
 // published speed, and by more than doubt_min_change (a straggler, not
 // the scatter of equal ranks' few probes), and it is within
-// `doubt_probes` probes of the end of its warm-up. Priced at the published speed, such a rank's layers look
-// lighter or heavier than they run; a decision waits those few probes
-// for the speed (a straggler whose start probes scattered once had its
-// first plan priced at speed 1 and stop a move short).
+// `doubt_probes` probes of the end of its warm-up. Priced at the
+// published speed, such a rank's layers look lighter or heavier than they
+// run; a decision waits those few probes for the speed (a straggler whose
+// start probes scattered once had its first plan priced at speed 1 and
+// stopped a move short).
 //
 // Pure and deterministic; thread-compatible.
 #ifndef DYNMO_CORE_RANK_SPEED_H_
@@ -98,8 +99,8 @@ struct RankSpeedOptions {
 };
 
 // OK for weights in (0, 1], sigmas, publish_sigmas, doubt_sigmas,
-// doubt_min_change and min_change finite and >= 0, max_layer_correction finite and >= 1,
-// confirmations and warmup >= 1, doubt_probes >= 0.
+// doubt_min_change and min_change finite and >= 0, max_layer_correction
+// finite and >= 1, confirmations and warmup >= 1, doubt_probes >= 0.
 absl::Status ValidateRankSpeedOptions(const RankSpeedOptions& options);
 
 class RankSpeeds {

@@ -2,6 +2,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/service/host_session.h"
@@ -28,13 +29,13 @@ class Outbox final : public SessionSink {
  public:
   explicit Outbox(RawReactor* reactor) : stream_(reactor) {}
 
-  void Send(std::shared_ptr<const CoordinatorMessage> message) override {
-    stream_.Write(Encoded(*message));
-  }
   // The delivery's call: one rank's session needs no addressing.
   void SendTo(absl::Span<const int> /*ranks*/,
               std::shared_ptr<const CoordinatorMessage> message) override {
     stream_.Write(Encoded(*message));
+  }
+  void Send(std::shared_ptr<const CoordinatorMessage> message) override {
+    SendTo({}, std::move(message));
   }
   void Close(const absl::Status& status) override {
     stream_.Finish(ToGrpcStatus(status));
