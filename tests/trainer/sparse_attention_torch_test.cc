@@ -85,7 +85,13 @@ TEST(SparseAttentionTest, OneBucketLayerEqualsTheDenseAttentionLayerWithTheSameW
   HashSparseAttention sparse(m);
   torch::Tensor x = torch::randn({3, 24, 16});
   MicroBatchContext ctx;
-  EXPECT_TRUE(torch::allclose(sparse.Forward(x, ctx), dense.Forward(x, ctx), 1e-5, 1e-6));
+  // Blockwise and whole-row softmax sum in different orders; float32's
+  // rounding then differs by up to a few 1e-6, and by how much depends on
+  // the CPU's vector kernels (a CI machine saw more than 1e-6), so the
+  // bound is the same as the attention test's above.
+  torch::Tensor ys = sparse.Forward(x, ctx), yd = dense.Forward(x, ctx);
+  EXPECT_TRUE(torch::allclose(ys, yd, 1e-5, 1e-5))
+      << "largest difference " << (ys - yd).abs().max().item<float>();
   EXPECT_EQ(sparse.last_attended_pairs(), sparse.last_dense_pairs());
 }
 
