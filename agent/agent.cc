@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/synchronization/mutex.h"
 #include "agent/rank_link.h"
 #include "dynmo/v1/agent.grpc.pb.h"
 
@@ -81,7 +82,13 @@ class SessionWire final : public RankLink::Wire {
       }
     }
 
-    void ReadLocked(const CoordinatorMessage& in) override { ranks()[0].HandleDown(in); }
+    void OnMessage(const CoordinatorMessage& in) override {
+      {
+        absl::MutexLock lock(this->mu_);
+        ranks()[0].HandleDown(in);
+      }
+      Pump();  // its ack goes out at once
+    }
   };
 
   std::unique_ptr<dynmo::v1::AgentService::Stub> stub_;

@@ -5,6 +5,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "agent/host_batch.h"
 #include "agent/rank_link.h"
 #include "dynmo/v1/agent.grpc.pb.h"
@@ -115,12 +116,16 @@ class HostSessionWire final : public RankLink::Wire {
       }
     }
 
-    void ReadLocked(const HostCoordinatorMessage& in) override {
-      for (int rank : in.ranks()) {
-        auto it = wire_->index_.find(rank);
-        if (it == wire_->index_.end()) continue;  // not ours: ignore
-        ranks()[it->second].HandleDown(in.message());
+    void OnMessage(const HostCoordinatorMessage& in) override {
+      {
+        absl::MutexLock lock(this->mu_);
+        for (int rank : in.ranks()) {
+          auto it = wire_->index_.find(rank);
+          if (it == wire_->index_.end()) continue;  // not ours: ignore
+          ranks()[it->second].HandleDown(in.message());
+        }
       }
+      Pump();  // their acks go out at once
     }
 
     HostSessionWire* const wire_;

@@ -33,46 +33,6 @@ void RankLink::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-absl::Status RankLink::Report(size_t rank, const IterationSample& sample) {
-  {
-    absl::MutexLock lock(&mu_);
-    if (absl::Status s = ranks_[rank].Report(sample); !s.ok()) return s;
-  }
-  live_.Kick();
-  return absl::OkStatus();
-}
-
-std::optional<dynmo::v1::Plan> RankLink::LatestCommitted(size_t rank) const {
-  absl::MutexLock lock(&mu_);
-  return ranks_[rank].LatestCommitted();
-}
-
-std::optional<dynmo::v1::Plan> RankLink::DueAt(size_t rank, int64_t iteration) {
-  std::optional<dynmo::v1::Plan> plan;
-  {
-    absl::MutexLock lock(&mu_);
-    plan = ranks_[rank].DueAt(iteration);
-  }
-  live_.Kick();  // a FAILED ack may have been queued
-  return plan;
-}
-
-absl::Status RankLink::Acknowledge(size_t rank, uint64_t epoch, bool applied,
-                                   const std::string& detail) {
-  absl::Status s;
-  {
-    absl::MutexLock lock(&mu_);
-    s = ranks_[rank].Acknowledge(epoch, applied, detail);
-  }
-  live_.Kick();
-  return s;
-}
-
-AgentStats RankLink::Stats(size_t rank) const {
-  absl::MutexLock lock(&mu_);
-  return ranks_[rank].Stats(connected_);
-}
-
 bool RankLink::WaitConnected(absl::Duration timeout) const {
   absl::MutexLock lock(&mu_);
   auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {

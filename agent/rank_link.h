@@ -16,7 +16,8 @@
 // its hello on, forgotten (and the error recorded) when it ends.
 //
 // The per-rank calls (index = position in the ranks given to the
-// constructor) are Agent's API: reporting never blocks on the network
+// constructor) are HostedRank's (hosted_rank.h), which takes this lock and
+// calls the rank's state itself: reporting never blocks on the network
 // (bounded queues, oldest dropped), and each call that may queue a message
 // starts a write at once.
 //
@@ -91,12 +92,6 @@ class RankLink {
   void Stop();
 
   size_t size() const { return size_; }
-  absl::Status Report(size_t rank, const IterationSample& sample);
-  std::optional<dynmo::v1::Plan> LatestCommitted(size_t rank) const;
-  std::optional<dynmo::v1::Plan> DueAt(size_t rank, int64_t iteration);
-  absl::Status Acknowledge(size_t rank, uint64_t epoch, bool applied,
-                           const std::string& detail);
-  AgentStats Stats(size_t rank) const;
   // Blocks until a stream is open or `timeout` passes.
   bool WaitConnected(absl::Duration timeout) const;
   // Blocks until every ack `rank` queued is written (or lost with a broken
@@ -104,6 +99,8 @@ class RankLink {
   bool Flush(size_t rank, absl::Duration timeout) const;
 
  private:
+  friend class HostedRank;  // the per-rank calls, under mu_
+
   // One connection: register, then the stream until it ends. True when the
   // stream was established (the backoff restarts).
   bool ServeOnce();
@@ -129,7 +126,9 @@ class RankLink {
 // The base of a Wire's stream: the link's lock guards it, its hello opens
 // the link, its end closes it. A Wire implements NextLocked (queued messages
 // into the next write), WrittenLocked (counting what went out) and
-// ReadLocked (a plan message to its ranks); acks it queues go out at once.
+// OnMessage: under the link's lock (`this->mu_`) it hands a plan message to
+// its ranks (RankState::HandleDown), then Pump()s, so the acks they queue go
+// out at once.
 template <typename Out, typename In>
 class RankLink::Stream : public rpc::ClientStream<Out, In> {
  protected:
@@ -139,22 +138,14 @@ class RankLink::Stream : public rpc::ClientStream<Out, In> {
       : rpc::ClientStream<Out, In>(&link->mu_, std::move(hello), std::move(open)),
         link_(link) {}
 
-  std::vector<RankState>& ranks() ABSL_EXCLUSIVE_LOCKS_REQUIRED(link_->mu_) {
+  std::vector<RankState>& ranks() ABSL_EXCLUSIVE_LOCKS_REQUIRED(*this->mu_) {  // link_->mu_
     return link_->ranks_;
   }
-  virtual void ReadLocked(const In& in) = 0;
 
  private:
   void OpenedLocked() final { link_->OpenedLocked(); }
   void EndedLocked(const grpc::Status& status) final {
     link_->EndedLocked(this, status);
-  }
-  void OnMessage(const In& in) final {
-    {
-      absl::MutexLock lock(&link_->mu_);
-      ReadLocked(in);
-    }
-    this->Pump();  // acks go out at once
   }
 
   RankLink* const link_;

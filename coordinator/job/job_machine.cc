@@ -144,7 +144,8 @@ absl::Status JobMachine::OnUpstream(absl::Span<const UpstreamMessage> messages,
     if (m.report != nullptr) {
       ApplyReport(m.rank, *m.report, now, out);
     } else {
-      ApplyAck(m.rank, *m.ack, now, out);
+      roster_.RecordAck(m.rank, m.ack->iteration());
+      Carry(plans_.OnAck(m.rank, *m.ack, now), now, out).IgnoreError();  // a commit's own
     }
   }
   return absl::OkStatus();
@@ -181,12 +182,6 @@ void JobMachine::ApplyReport(int rank, const dynmo::v1::IterationReport& report,
                         report.iteration_s(), now),
         now, out)
       .IgnoreError();  // never durable-first
-}
-
-void JobMachine::ApplyAck(int rank, const dynmo::v1::PlanAck& ack, absl::Time now,
-                          JobEffects* out) {
-  roster_.RecordAck(rank, ack.iteration());
-  Carry(plans_.OnAck(rank, ack, now), now, out).IgnoreError();  // a commit's own
 }
 
 absl::StatusOr<core::PipelineModel> JobMachine::ModelAt(

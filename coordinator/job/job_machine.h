@@ -193,8 +193,6 @@ class JobMachine {
 
   void ApplyReport(int rank, const dynmo::v1::IterationReport& report,
                    absl::Time now, JobEffects* out);
-  void ApplyAck(int rank, const dynmo::v1::PlanAck& ack, absl::Time now,
-                JobEffects* out);
   // The rebalancer's measures of the layout in force.
   void Measure(const core::PipelineModel& model, JobEffects* out);
   // Iterations a plan decided now would run before the job's planned end;

@@ -30,7 +30,7 @@ using dynmo::v1::PlanAck;
 // One simulated rank's session: what the coordinator sent it.
 class Inbox : public SessionSink {
  public:
-  void Send(std::shared_ptr<const CoordinatorMessage> message) override {
+  void SendTo(absl::Span<const int> /*ranks*/, std::shared_ptr<const CoordinatorMessage> message) override {
     absl::MutexLock lock(&mu_);
     messages_.push_back(std::move(message));
   }

@@ -1,6 +1,7 @@
-// SessionSink: where a job sends one rank's downstream messages (plan
-// PREPARE / COMMIT / ABORT). The gRPC Session stream implements it; tests
-// implement it with a vector. Send never blocks: an implementation queues
+// SessionSink: where a job sends its ranks' downstream messages (plan
+// PREPARE / COMMIT / ABORT): a one-rank Session stream or a node relay's
+// HostSession, which carries several ranks; tests implement it with a
+// vector. SendTo never blocks: an implementation queues
 // and drops messages once its session has ended. Messages are shared and
 // immutable, so a broadcast to thousands of ranks copies no plan. Close ends
 // the session with a status (e.g. when a newer session of the same rank
@@ -22,14 +23,10 @@ namespace dynmo::service {
 class SessionSink {
  public:
   virtual ~SessionSink() = default;
-  virtual void Send(
-      std::shared_ptr<const dynmo::v1::CoordinatorMessage> message) = 0;
   // `message` for `ranks` (all carried by this session). A one-rank session
-  // needs no addressing.
-  virtual void SendTo(absl::Span<const int> /*ranks*/,
-                      std::shared_ptr<const dynmo::v1::CoordinatorMessage> message) {
-    Send(std::move(message));
-  }
+  // needs no addressing and ignores them.
+  virtual void SendTo(absl::Span<const int> ranks,
+                      std::shared_ptr<const dynmo::v1::CoordinatorMessage> message) = 0;
   virtual void Close(const absl::Status& status) = 0;
   // The host a multiplexed session serves; empty for a one-rank session.
   virtual const std::string& host() const {

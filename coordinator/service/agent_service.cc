@@ -34,9 +34,6 @@ class Outbox final : public SessionSink {
               std::shared_ptr<const CoordinatorMessage> message) override {
     stream_.Write(Encoded(*message));
   }
-  void Send(std::shared_ptr<const CoordinatorMessage> message) override {
-    SendTo({}, std::move(message));
-  }
   void Close(const absl::Status& status) override {
     stream_.Finish(ToGrpcStatus(status));
   }

@@ -4,20 +4,14 @@
 
 namespace dynmo::service {
 
-void DeliveryOrder::InTurn(uint64_t turn, absl::FunctionRef<void()> deliver) {
-  absl::MutexLock lock(&mu_);
-  while (done_ + 1 != turn) turn_done_.Wait(&mu_);
-  deliver();
-  done_ = turn;
-  turn_done_.SignalAll();
-}
-
 Delivery::~Delivery() {
   if (turn_ == 0) return;  // no turn taken
-  order_->InTurn(turn_, [this] {
-    for (const JobEffects::Close& c : closes_) c.sink->Close(c.why);
-    for (const JobEffects::Send& s : sends_) s.sink->SendTo(s.ranks, s.message);
-  });
+  absl::MutexLock lock(&order_->mu_);
+  while (order_->done_ + 1 != turn_) order_->turn_done_.Wait(&order_->mu_);
+  for (const JobEffects::Close& c : closes_) c.sink->Close(c.why);
+  for (const JobEffects::Send& s : sends_) s.sink->SendTo(s.ranks, s.message);
+  order_->done_ = turn_;
+  order_->turn_done_.SignalAll();
 }
 
 void Delivery::Take(JobEffects& effects) {
@@ -29,7 +23,7 @@ void Delivery::Take(JobEffects& effects) {
     if (!seen) closes_.push_back(std::move(c));
   }
   for (JobEffects::Send& s : effects.sends) sends_.push_back(std::move(s));
-  if (turn_ == 0) turn_ = order_->Take();
+  if (turn_ == 0) turn_ = ++order_->taken_;
 }
 
 }  // namespace dynmo::service

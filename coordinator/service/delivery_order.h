@@ -5,8 +5,9 @@
 // COMMIT never overtakes its PREPARE: a turn is taken under the job's lock,
 // with the effects, and the delivery waits for the turns before it.
 //
-// Thread-safe. Take() is called under the owner's lock, InTurn() without it;
-// lock order: the delivery lock is never held while taking the owner's.
+// Thread-safe. A turn is taken under the owner's lock (Delivery::Take) and
+// run without it (~Delivery); lock order: the delivery lock is never held
+// while taking the owner's.
 #ifndef DYNMO_COORDINATOR_SERVICE_DELIVERY_ORDER_H_
 #define DYNMO_COORDINATOR_SERVICE_DELIVERY_ORDER_H_
 
@@ -14,21 +15,17 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/functional/function_ref.h"
 #include "absl/synchronization/mutex.h"
 #include "coordinator/job/job_effects.h"
 
 namespace dynmo::service {
 
+// The job's turns: handed out by Delivery::Take under the owner's lock, so
+// turns follow the order the owner's events ran in, and run by ~Delivery
+// once every earlier turn has run. Every turn taken is run.
 class DeliveryOrder {
- public:
-  // The next turn (1, 2, ...). Under the owner's lock, so turns follow the
-  // order the owner's events ran in. Every turn taken must be run.
-  uint64_t Take() { return ++taken_; }
-  // Runs `deliver` once every earlier turn has run.
-  void InTurn(uint64_t turn, absl::FunctionRef<void()> deliver);
-
  private:
+  friend class Delivery;
   uint64_t taken_ = 0;  // under the owner's lock
   absl::Mutex mu_;
   absl::CondVar turn_done_;
@@ -43,6 +40,7 @@ class Delivery {
   explicit Delivery(DeliveryOrder* order) : order_(order) {}
   Delivery(const Delivery&) = delete;
   Delivery& operator=(const Delivery&) = delete;
+  // Waits for the job's earlier turns, then closes and sends.
   ~Delivery();
   // Takes `effects`' closes (each sink once) and sends, and a turn for them
   // the first time there are any. Under the owner's lock.

@@ -26,12 +26,7 @@ using RawReactor = grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>;
 // HostCoordinatorMessages (the stream is raw: raw_message.h).
 class HostOutbox final : public SessionSink {
  public:
-  HostOutbox(RawReactor* r, std::string host, std::vector<int> ranks)
-      : stream_(r), host_(std::move(host)), ranks_(std::move(ranks)) {}
-
-  void Send(std::shared_ptr<const CoordinatorMessage> message) override {
-    SendTo(ranks_, std::move(message));
-  }
+  HostOutbox(RawReactor* r, std::string host) : stream_(r), host_(std::move(host)) {}
 
   void SendTo(absl::Span<const int> ranks,
               std::shared_ptr<const CoordinatorMessage> message) override {
@@ -52,7 +47,6 @@ class HostOutbox final : public SessionSink {
  private:
   rpc::StreamOutbox<grpc::ByteBuffer, grpc::ByteBuffer> stream_;
   const std::string host_;
-  const std::vector<int> ranks_;
 };
 
 class HostSessionReactor final : public RawReactor {
@@ -145,7 +139,7 @@ class HostSessionReactor final : public RawReactor {
         coordinator_->jobs().FindFor(hello.job(), principal_);
     if (!job.ok()) return job.status();
     std::vector<int> ranks(hello.ranks().begin(), hello.ranks().end());
-    auto outbox = std::make_shared<HostOutbox>(this, hello.host(), ranks);
+    auto outbox = std::make_shared<HostOutbox>(this, hello.host());
     // Installed before attaching: once attached, the job may write to it.
     outbox_ = outbox;
     const std::vector<std::string> keys(hello.session_keys().begin(),

@@ -78,7 +78,7 @@ class Reader {
 // Keeps what a session receives: the newest PREPARE's epoch drives acks.
 class Sink : public service::SessionSink {
  public:
-  void Send(std::shared_ptr<const dynmo::v1::CoordinatorMessage> m) override {
+  void SendTo(absl::Span<const int> /*ranks*/, std::shared_ptr<const dynmo::v1::CoordinatorMessage> m) override {
     absl::MutexLock lock(&mu_);
     if (m->has_prepare()) prepared_ = m->prepare().epoch();
   }

@@ -26,7 +26,7 @@ constexpr int kLayers = 8;
 
 class Outbox : public SessionSink {
  public:
-  void Send(std::shared_ptr<const CoordinatorMessage> m) override {
+  void SendTo(absl::Span<const int> /*ranks*/, std::shared_ptr<const CoordinatorMessage> m) override {
     absl::MutexLock lock(&mu_);
     sent_.push_back(*m);
   }

@@ -15,13 +15,10 @@ class LoggingSink : public SessionSink {
  public:
   LoggingSink(std::string name, std::vector<std::string>* log)
       : name_(std::move(name)), log_(log) {}
-  void Send(std::shared_ptr<const dynmo::v1::CoordinatorMessage> m) override {
-    log_->push_back(name_ + " epoch " + std::to_string(m->abort().epoch()));
-  }
   void SendTo(absl::Span<const int> ranks,
               std::shared_ptr<const dynmo::v1::CoordinatorMessage> m) override {
     log_->push_back(name_ + " x" + std::to_string(ranks.size()));
-    Send(std::move(m));
+    log_->push_back(name_ + " epoch " + std::to_string(m->abort().epoch()));
   }
   void Close(const absl::Status& s) override {
     log_->push_back(name_ + " closed: " + std::string(s.message()));
@@ -76,13 +73,21 @@ TEST(DeliveryOrderTest, DeliversWhenItGoesOutOfScopeClosingFirstEachSinkOnce) {
 TEST(DeliveryOrderTest, ALaterTurnWaitsForTheEarlierOnes) {
   DeliveryOrder order;
   std::vector<std::string> log;
-  const uint64_t first = order.Take();   // as if taken under the job's lock,
-  const uint64_t second = order.Take();  // in the order the events ran
+  auto a = std::make_shared<LoggingSink>("a", &log);
+  // Turns taken as if under the job's lock, in the order the events ran.
+  auto prepare = std::make_unique<Delivery>(&order);
+  JobEffects first;
+  first.sends.push_back({a, {0}, Abort(1)});
+  prepare->Take(first);
+  auto commit = std::make_unique<Delivery>(&order);
+  JobEffects second;
+  second.sends.push_back({a, {0}, Abort(2)});
+  commit->Take(second);
   // The second turn's delivery starts first and must wait.
-  std::thread late([&] { order.InTurn(second, [&] { log.push_back("COMMIT"); }); });
-  order.InTurn(first, [&] { log.push_back("PREPARE"); });
+  std::thread late([&] { commit.reset(); });
+  prepare.reset();
   late.join();
-  EXPECT_EQ(log, (std::vector<std::string>{"PREPARE", "COMMIT"}));
+  EXPECT_EQ(log, (std::vector<std::string>{"a x1", "a epoch 1", "a x1", "a epoch 2"}));
 }
 
 }  // namespace

@@ -33,7 +33,7 @@ class Journal : public JobJournal {
 
 class Sink : public SessionSink {
  public:
-  void Send(std::shared_ptr<const CoordinatorMessage> m) override { got.push_back(*m); }
+  void SendTo(absl::Span<const int> /*ranks*/, std::shared_ptr<const CoordinatorMessage> m) override { got.push_back(*m); }
   void Close(const absl::Status&) override {}
   std::vector<CoordinatorMessage> got;
 };

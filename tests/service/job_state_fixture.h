@@ -21,7 +21,7 @@ using dynmo::v1::PlanAck;
 
 class RecordingSink : public SessionSink {
  public:
-  void Send(std::shared_ptr<const CoordinatorMessage> m) override {
+  void SendTo(absl::Span<const int> /*ranks*/, std::shared_ptr<const CoordinatorMessage> m) override {
     absl::MutexLock lock(&mu_);
     sent_.push_back(*m);
   }

@@ -21,9 +21,6 @@ using dynmo::v1::PlanAck;
 class HostSink : public SessionSink {
  public:
   explicit HostSink(std::string host) : host_(std::move(host)) {}
-  void Send(std::shared_ptr<const CoordinatorMessage> m) override {
-    SendTo({}, std::move(m));
-  }
   void SendTo(absl::Span<const int> ranks,
               std::shared_ptr<const CoordinatorMessage> m) override {
     absl::MutexLock lock(&mu_);

@@ -21,7 +21,7 @@ using dynmo::v1::PlanAck;
 
 class NullSink : public SessionSink {
  public:
-  void Send(std::shared_ptr<const CoordinatorMessage>) override {}
+  void SendTo(absl::Span<const int> /*ranks*/, std::shared_ptr<const CoordinatorMessage>) override {}
   void Close(const absl::Status&) override {}
 };
 

@@ -19,7 +19,7 @@ const absl::Time kT0 = absl::FromUnixSeconds(1'000'000);
 
 class Sink : public SessionSink {
  public:
-  void Send(std::shared_ptr<const CoordinatorMessage>) override {}
+  void SendTo(absl::Span<const int> /*ranks*/, std::shared_ptr<const CoordinatorMessage>) override {}
   void Close(const absl::Status&) override {}
 };
 

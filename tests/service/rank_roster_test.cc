@@ -12,7 +12,7 @@ namespace {
 class NamedSink : public SessionSink {
  public:
   explicit NamedSink(std::string host = "") : host_(std::move(host)) {}
-  void Send(std::shared_ptr<const dynmo::v1::CoordinatorMessage>) override {}
+  void SendTo(absl::Span<const int> /*ranks*/, std::shared_ptr<const dynmo::v1::CoordinatorMessage>) override {}
   void Close(const absl::Status&) override {}
   const std::string& host() const override { return host_; }
 
