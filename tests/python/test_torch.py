@@ -218,10 +218,6 @@ def test_agreement_and_applying_a_plan(tmp_path):
     spawn(torch_workers.apply_a_plan, tmp_path)
 
 
-def test_the_pipelines_agreement_is_started_a_boundary_early(tmp_path):
-    spawn(torch_workers.lagged_agreement, tmp_path)
-
-
 def plan(**kw):
     fields = dict(job="t", epoch=1, apply_iteration=1, boundaries=[0, 2, 4],
                   active_stages=[0, 1], released_stages=[], migrations=[], split=[],

@@ -23,8 +23,8 @@ with the user's factories over the held parameters, attach the layer timer
 and connect one ``dynmo.Agent`` per local stage.
 
 At ``begin_iteration`` (replan.py) every rank of the job agrees in-band
-on the plan due (over the CPU control group: no GPU wait; started at the
-boundary before, so no boundary waits on it: plan_agreement.py);
+on the plan due (``dynmo.torch.agree_on_plan``, over the CPU control
+group: no GPU wait);
 when all hold it, each replica executes the plan's moves
 (``dynmo.torch.migration.migrate``: weights, buffers and the optimizer's
 per-parameter state, one batch per round on the job group, confirmed by
@@ -69,7 +69,6 @@ from dynmo.pipelining.failure import JobFailure, abort_process_groups
 from dynmo.pipelining.fsdp import replica_mesh, shard_chunk, shard_layer, sharded_copy
 from dynmo.pipelining.iteration_report import gather_summary, report_costs
 from dynmo.pipelining.job_link import JobLink
-from dynmo.pipelining.plan_agreement import LaggedAgreement
 from dynmo.pipelining.layout import ModelParts
 from dynmo.pipelining.plan_check import plan_problem
 from dynmo.pipelining.replan import apply_due_plan, execute_plan
@@ -160,7 +159,6 @@ class DynamicPipeline:
         self.last_moved_bytes = 0
         self._timing = timing
         self._link: Optional[JobLink] = None
-        self._agreement = LaggedAgreement()  # replan.apply_due_plan's
         self.parts: Optional[ModelParts] = None
         # From here on this rank's error ends every rank (failure.py): the
         # others may already wait in a collective of the steps below.
@@ -314,7 +312,6 @@ class DynamicPipeline:
         ``abort`` is False), nothing waits on a peer, and the one line to
         print is returned — the first failure's, "rank R failed: ..."."""
         if error is not None:
-            self._agreement.drop()  # the next boundary's, in flight: never read
             line = self.failure.announce(error)
             self.failure.stop()  # announced: the watcher has nothing left to do
             if self._link is not None:
@@ -325,11 +322,10 @@ class DynamicPipeline:
             return line
         if self._link is not None:
             self._link.close()
-        timeout = datetime.timedelta(seconds=self.migration_timeout_s)
-        self._agreement.settle(timeout)  # the next boundary's, never read
         if barrier and dist.get_world_size() > 1 and not self.released:
             # The watcher still runs: a rank failing meanwhile ends this one.
-            dist.monitored_barrier(group=self.topology.control_group, timeout=timeout)
+            dist.monitored_barrier(group=self.topology.control_group,
+                                   timeout=datetime.timedelta(seconds=self.migration_timeout_s))
         self.failure.stop()
         if self._link is not None:
             self._link.stop_coordinator()
