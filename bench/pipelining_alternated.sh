@@ -8,12 +8,17 @@
 #   S   static BEST (default 0,5,10: the best split in every earlier
 #       invocation) without a coordinator;
 #   D0  DynMo embedded (trigger auto) from BEST: nothing to move;
-#   D9  DynMo embedded from START (default 0,9,10), which it must re-split.
-# ROUNDS (default 3) rounds, round k starting at arm k mod 3 (S D0 D9,
-# D0 D9 S, D9 S D0, ...). Prints per round each arm's tokens/s (median over
+#   D9  DynMo embedded from START (default 0,9,10), which it must re-split
+#       (its plan agreement the default "auto": started a boundary early);
+#   B9  (with ARMS="S D0 D9 B9") D9 with --plan_agreement boundary.
+# ROUNDS (default 3) rounds, round k starting at arm k mod N of the N arms
+# (S D0 D9, D0 D9 S, D9 S D0, ...). Prints per round each arm's tokens/s (median over
 # iterations 2..) and D9/S, D0/S, their medians, each D9 run's plans, and
 # whether every run's losses match S's round by round (D9's from START are
-# compared with a static START run only by the side-by-side script).
+# compared with a static START run only by the side-by-side script), then
+# every plan's predicted and realized gain (the embedded coordinator's
+# plan_realized events, in OUT_DIR/<arm>-<round>.coordinator.log) and the
+# median absolute prediction error.
 #
 #   bash bench/pipelining_alternated.sh [BUILD_DIR] [OUT_DIR]
 set -euo pipefail
@@ -34,41 +39,82 @@ arm() {  # ARM ROUND
     S) flags=(--initial_boundaries "$best" --coordinator none) ;;
     D0) flags=(--initial_boundaries "$best" --coordinator embedded --trigger auto) ;;
     D9) flags=(--initial_boundaries "$start" --coordinator embedded --trigger auto) ;;
+    B9) flags=(--initial_boundaries "$start" --coordinator embedded --trigger auto
+               --plan_agreement boundary) ;;
+    *) echo "pipelining_alternated: unknown arm $1" >&2; exit 2 ;;
   esac
   echo "== $name" >&2
-  pinned_example "$venv" "$out/$name.log" "${job[@]}" "${flags[@]}" \
+  DYNMO_COORDINATOR_LOG="$out/$name.coordinator.log" \
+    pinned_example "$venv" "$out/$name.log" "${job[@]}" "${flags[@]}" \
     --log_json "$out/$name.jsonl"
 }
-arms=(S D0 D9)
+read -r -a arms <<< "${ARMS:-S D0 D9}"
+n=${#arms[@]}
 for r in $(seq 1 "$rounds"); do
-  for k in 0 1 2; do
-    arm "${arms[$(((r - 1 + k) % 3))]}" "$r"
+  for k in $(seq 0 $((n - 1))); do
+    arm "${arms[$(((r - 1 + k) % n))]}" "$r"
   done
 done
-python3 - "$out" "$rounds" <<'PY'
-import json, statistics, sys
-out, rounds = sys.argv[1], int(sys.argv[2])
+python3 - "$out" "$rounds" "${arms[@]}" <<'PY'
+import json, os, re, statistics, sys
+out, rounds, arms = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 def load(name):
     return [json.loads(l) for l in open(f"{out}/{name}.jsonl")]
 def rate(recs):  # as scripts/dynmo-report: median tokens/s over iterations 2..
     return statistics.median(r["tokens_per_s"] for r in recs[2:])
-print("| round (order) | S tok/s | D0 tok/s | D9 tok/s | D9 / S | D0 / S | D9's plans |")
-print("|---|---|---|---|---|---|---|")
-d9s, d0s, same = [], [], True
-orders = ["S D0 D9", "D0 D9 S", "D9 S D0"]
+def events(name, kind):
+    path = f"{out}/{name}.coordinator.log"
+    if not os.path.exists(path):
+        return []
+    found = []
+    for line in open(path):  # the daemon's logfmt lines: key=value ...
+        fields = {k: v.strip('"') for k, v in re.findall(r'(\w+)=("[^"]*"|\S+)', line)}
+        if fields.get("event") == kind:
+            found.append({k: float(v) if re.fullmatch(r"[-+0-9.eE]+", v) else v
+                          for k, v in fields.items()})
+    return found
+others = [a for a in arms if a != "S"]
+movers = [a for a in others if a != "D0"]
+print("| round (order) | " + " | ".join(f"{a} tok/s" for a in arms) + " | "
+      + " | ".join(f"{a} / S" for a in others) + " | "
+      + " | ".join(f"{a}'s plans" for a in movers) + " |")
+print("|---" * (len(arms) + len(others) + len(movers)) + "|")
+ratio = {a: [] for a in others}
+same, gains = True, []
 for r in range(1, rounds + 1):
-    s, d0, d9 = (load(f"{a}-{r}") for a in ("S", "D0", "D9"))
-    same = same and [x["loss"] for x in d0] == [x["loss"] for x in s]
-    plans, last = [], d9[0]["boundaries"]
-    for x in d9:
-        if x["boundaries"] != last:
-            plans.append(f"{','.join(map(str, x['boundaries']))}@{x['iteration']}")
-            last = x["boundaries"]
-    d9s.append(rate(d9) / rate(s))
-    d0s.append(rate(d0) / rate(s))
-    print(f"| {r} ({orders[(r - 1) % 3]}) | {rate(s):,.0f} | {rate(d0):,.0f} | {rate(d9):,.0f} | "
-          f"{d9s[-1]:.3f} | {d0s[-1]:.3f} | {' '.join(plans) or 'none'} |")
-print(f"D9 / S median {statistics.median(d9s):.3f}x (lowest {min(d9s):.3f}, highest "
-      f"{max(d9s):.3f}); D0 / S median {statistics.median(d0s):.3f}x; "
-      f"D0's losses identical to S's in every round: {same}")
+    order = " ".join(arms[(r - 1 + k) % len(arms)] for k in range(len(arms)))
+    recs = {a: load(f"{a}-{r}") for a in arms}
+    rates = {a: rate(recs[a]) for a in arms}
+    if "D0" in recs:
+        same = same and [x["loss"] for x in recs["D0"]] == [x["loss"] for x in recs["S"]]
+    plans = []
+    for a in movers:
+        got, last = [], recs[a][0]["boundaries"]
+        for x in recs[a]:
+            if x["boundaries"] != last:
+                got.append(f"{','.join(map(str, x['boundaries']))}@{x['iteration']}")
+                last = x["boundaries"]
+        plans.append(" ".join(got) or "none")
+    for a in others:
+        ratio[a].append(rates[a] / rates["S"])
+        for e in events(f"{a}-{r}", "plan_realized"):
+            gains.append((f"{a}-{r}", e))
+    print(f"| {r} ({order}) | " + " | ".join(f"{rates[a]:,.0f}" for a in arms) + " | "
+          + " | ".join(f"{ratio[a][-1]:.3f}" for a in others) + " | "
+          + " | ".join(plans) + " |")
+for a in others:
+    print(f"{a} / S median {statistics.median(ratio[a]):.3f}x (lowest {min(ratio[a]):.3f}, "
+          f"highest {max(ratio[a]):.3f})")
+print(f"D0's losses identical to S's in every round: {same}")
+print()
+print("| run | epoch | at iteration | predicted gain | realized gain | error (points) | spread |")
+print("|---|---|---|---|---|---|---|")
+errors = []
+for run, e in gains:
+    errors.append(abs(e["error"]) * 100)
+    print(f"| {run} | {e['epoch']:.0f} | {e['apply_iteration']:.0f} | {e['predicted_gain']:+.1%} | "
+          f"{e['realized_gain']:+.1%} | {e['error'] * 100:+.1f} | {e['spread']:.1%} |")
+print("median absolute prediction error: "
+      + (f"{statistics.median(errors):.1f} points over {len(errors)} plans" if errors
+         else "no plan measured"))
 PY

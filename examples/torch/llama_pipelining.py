@@ -113,6 +113,9 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                    help="bound on every wait of a migration (a dead peer: one line, exit 3)")
     p.add_argument("--connect_timeout_s", type=float, default=20.0,
                    help="how long a rank waits for the coordinator (unreachable: one line)")
+    p.add_argument("--plan_agreement", default="auto", choices=("auto", "early", "boundary"),
+                   help="when the ranks agree on the plan due: auto (early under the "
+                        "embedded coordinator), early (a boundary ahead), boundary")
     args = p.parse_args(argv)
     check_flags(args)
     return args
@@ -209,7 +212,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             timing=not args.no_timing, planned_iterations=args.steps,  # DynMo
             migration_timeout_s=args.migration_timeout_s,  # DynMo
             connect_timeout_s=args.connect_timeout_s,  # DynMo
-            data_parallel=args.data_parallel)  # DynMo
+            data_parallel=args.data_parallel,  # DynMo
+            plan_agreement=args.plan_agreement)  # DynMo
     except InvalidArgumentError as e:  # refused alike on every rank
         if rank == 0:
             print(f"llama_pipelining: {e}", file=sys.stderr, flush=True)

@@ -84,6 +84,9 @@ def _snapshot(model):
     ("planned_iterations", 2.0, "planned_iterations must be an integer, got 2.0 (float)"),
     ("data_parallel", "zero3", "data_parallel must be 'ddp' or 'fsdp2', got 'zero3'"),
     ("blocks", "layerz", "model: blocks='layerz'"),
+    ("plan_agreement", "lagged", "plan_agreement must be one of auto, early, boundary, "
+                                 "got 'lagged'"),
+    ("plan_agreement", None, "plan_agreement must be one of auto, early, boundary, got None"),
 ])
 def test_a_refused_argument_is_one_invalid_argument_error_naming_it(one_rank, argument, value,
                                                                    says):
@@ -102,6 +105,15 @@ def test_a_refused_argument_is_one_invalid_argument_error_naming_it(one_rank, ar
     for name, (ident, state) in before.items():
         assert after[name][0] == ident
         assert all(torch.equal(state[k], after[name][1][k]) for k in state)
+
+
+def test_an_early_agreement_the_embedded_plan_lead_would_starve_is_refused(one_rank):
+    import dynmo
+    with pytest.raises(dynmo.InvalidArgumentError) as e:
+        _pipe(coordinator="embedded", plan_agreement="early",
+              coordinator_flags=["--plan_lead_iterations=2"])
+    assert "plan_agreement 'early' needs the coordinator's plan lead >= 3, got " \
+           "--plan_lead_iterations=2" in str(e.value)
 
 
 @pytest.mark.parametrize("data_parallel", ["ddp", "fsdp2"])

@@ -218,6 +218,39 @@ def test_agreement_and_applying_a_plan(tmp_path):
     spawn(torch_workers.apply_a_plan, tmp_path)
 
 
+def test_the_early_agreement_is_started_a_boundary_before(tmp_path):
+    spawn(torch_workers.early_agreement, tmp_path)
+
+
+@pytest.mark.parametrize("mode,lead,picked", [
+    ("auto", 5, "early"), ("auto", 3, "early"), ("auto", 2, "boundary"),
+    ("auto", 0, "boundary"), ("early", 0, "early"), ("early", 10, "early"),
+    ("boundary", 10, "boundary"), ("boundary", 2, "boundary"),
+])
+def test_the_agreement_picked_follows_the_plan_lead(mode, lead, picked):
+    from dynmo.pipelining.plan_agreement import agreement_for
+    assert agreement_for(mode, lead).mode == picked
+
+
+def test_an_early_agreement_a_plan_lead_of_2_would_starve_is_refused():
+    from dynmo.pipelining.plan_agreement import agreement_for
+    with pytest.raises(ValueError, match="needs the coordinator's plan lead >= 3"):
+        agreement_for("early", 2)
+    with pytest.raises(ValueError, match="one of auto, early, boundary, got 'lagged'"):
+        agreement_for("lagged", 5)
+
+
+def test_the_plan_lead_is_the_last_flag_given():
+    from dynmo.pipelining.plan_agreement import plan_lead_of
+    assert plan_lead_of([]) == 0
+    assert plan_lead_of(["--plan_lead_iterations=5", "--trigger=auto"]) == 5
+    assert plan_lead_of(["--plan_lead_iterations=5", "--plan_lead_iterations=2"]) == 2
+    assert plan_lead_of(["--plan_lead_iterations=5", "--plan_lead_iterations", "7"]) == 7
+    assert plan_lead_of(["-plan_lead_iterations=4"]) == 4
+    assert plan_lead_of(["--plan_lead_iterations=x"]) == 0
+    assert plan_lead_of(["--plan_lead_iterations_x=9"]) == 0
+
+
 def plan(**kw):
     fields = dict(job="t", epoch=1, apply_iteration=1, boundaries=[0, 2, 4],
                   active_stages=[0, 1], released_stages=[], migrations=[], split=[],

@@ -115,3 +115,62 @@ def apply_a_plan(rank, world, init_file):
     held = {id(p) for p in stage.modules.parameters()}
     assert {id(p) for g in opt.param_groups for p in g["params"]} == held
     teardown()
+
+
+def early_agreement(rank, world, init_file):
+    """dynmo.pipelining's EarlyAgreement: the agreement on boundary k+1's
+    plan is started at boundary k from what each rank held then; the
+    BoundaryAgreement agrees on what each holds at the boundary itself."""
+    import datetime
+
+    from dynmo.pipelining.plan_agreement import BoundaryAgreement, EarlyAgreement
+    init(rank, world, init_file)
+    group = dist.group.WORLD
+    plan = dynmo.Plan(job="t", epoch=4, apply_iteration=6, boundaries=[0, 2, 4],
+                      active_stages=[0, 1], released_stages=[], migrations=[], split=[],
+                      migration_bytes=0, predicted_bottleneck_s=0, previous_bottleneck_s=0,
+                      reason="test", decided_unix_nanos=0, commit_with_prepare=False)
+    asked = []
+
+    def held_by_every_rank(k):
+        asked.append(k)
+        return plan if k == 6 else None
+
+    def rank1_commits_late(k):  # rank 1 holds nothing at boundary 5, the plan at 6
+        asked.append(k)
+        return plan if k == 6 and (rank == 0 or len(asked) > 1) else None
+
+    a = EarlyAgreement()
+    # The first boundary agrees at once, on the plan due there.
+    assert a.agree(5, held_by_every_rank, group) == (None, False)
+    assert asked == [5]
+    # Started at boundary 5 for 6, read at 6 without asking again.
+    a.start_next(6, held_by_every_rank, group)
+    assert a.agree(6, held_by_every_rank, group) == (plan, True)
+    assert asked == [5, 6]
+    # A rank whose commit came after boundary 5 held nothing there: no rank
+    # applies at 6, whatever it holds by then.
+    asked.clear()
+    b = EarlyAgreement()
+    b.start_next(6, rank1_commits_late, group)
+    got, agreed = b.agree(6, rank1_commits_late, group)
+    assert not agreed and got == (plan if rank == 0 else None)
+    assert asked == [6]
+    # The same late commit at the boundary itself: every rank holds it by 6.
+    asked.clear()
+    c = BoundaryAgreement()
+    c.start_next(6, rank1_commits_late, group)  # nothing started, nothing asked
+    assert asked == []
+    if rank == 1:
+        rank1_commits_late(5)  # boundary 5 passed without the commit
+    assert c.agree(6, rank1_commits_late, group) == (plan, True)
+    # A boundary not reached from the one before agrees at once.
+    asked.clear()
+    b.start_next(7, held_by_every_rank, group)
+    assert b.agree(6, held_by_every_rank, group) == (plan, True)
+    assert asked == [7, 6]
+    # A close waits for the one in flight.
+    b.start_next(7, held_by_every_rank, group)
+    b.settle(datetime.timedelta(seconds=30))
+    assert b.agree(7, held_by_every_rank, group) == (None, False)  # at once: none in flight
+    teardown()

@@ -13,7 +13,9 @@ causal LMs are recognised as they are (families.py), others are named;
 migration of both packages) move a layer with any optimizer's state; ``Topology`` (topology.py) places pp x dp ranks;
 ``fsdp.py`` shards the data-parallel dimension with FSDP2 (``data_parallel="fsdp2"``);
 ``CostMeter`` (cost_meter.py) measures the layers, ``JobLink``
-(job_link.py) talks to the coordinator, ``plan_problem`` (plan_check.py)
+(job_link.py) talks to the coordinator, ``agreement_for``
+(plan_agreement.py) agrees on the plan due, at the boundary or a boundary
+early, ``plan_problem`` (plan_check.py)
 says whether a plan applies, ``schedule_class`` (schedules.py) which
 schedules a running job can be rebuilt into, ``check_arguments``
 (arguments.py) the constructor's refusals, ``JobFailure`` (failure.py) how

@@ -20,6 +20,7 @@ import torch.distributed as dist
 from torch.distributed.pipelining.schedules import PipelineScheduleSingle
 
 from dynmo.errors import InvalidArgumentError
+from dynmo.pipelining.plan_agreement import agreement_for, plan_lead_of
 from dynmo.pipelining.layout import ModelLayout
 from dynmo.pipelining.schedules import SPLIT_BACKWARD, V_STYLE, canonical_name, schedule_class
 from dynmo.pipelining.tied import find_ties
@@ -86,6 +87,7 @@ def check_arguments(given: Dict[str, Any]) -> Arguments:
     if g["speed_probe_every"] > 0 and g["speed_probe_steady_every"] < g["speed_probe_every"]:
         raise refusal(f"speed_probe_steady_every must be >= speed_probe_every "
                       f"({g['speed_probe_every']}), got {g['speed_probe_steady_every']}")
+    _plan_agreement(g)
     if g["data_parallel"] not in ("ddp", "fsdp2"):
         raise refusal(f"data_parallel must be 'ddp' or 'fsdp2', got {g['data_parallel']!r}")
     world = dist.get_world_size()
@@ -112,6 +114,18 @@ def check_arguments(given: Dict[str, Any]) -> Arguments:
     return Arguments(given=dict(g), schedule_cls=schedule_cls, schedule_name=name, v=v,
                      stages=stages, device=device, layout=layout, boundaries=boundaries,
                      ties=ties)
+
+
+def _plan_agreement(g: Dict[str, Any]) -> None:
+    """``plan_agreement`` one of the modes, and "early" not under an
+    embedded coordinator whose plan lead leaves it no plan to apply."""
+    lead = 0
+    if g["coordinator"] == "embedded":
+        lead = plan_lead_of(["--plan_lead_iterations=5"] + list(g["coordinator_flags"]))
+    try:
+        agreement_for(g["plan_agreement"], lead)
+    except ValueError as e:
+        raise refusal(_text(e)) from None
 
 
 def _schedule(g: Dict[str, Any]):

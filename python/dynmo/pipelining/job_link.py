@@ -10,7 +10,8 @@ stage * dp + replica).
     link.close()
 
 "embedded" starts a ``dynmo-coordinator`` on global rank 0 (loopback, a
-port the kernel picks, broadcast to every rank): a collective. The agents
+port the kernel picks, broadcast to every rank with its plan lead,
+``link.plan_lead``): a collective. The agents
 never block training on the network (agent/agent.h); a coordinator that
 vanishes leaves ``plan_due`` returning None. Not thread-safe: the training
 thread.
@@ -24,15 +25,20 @@ from typing import Any, Dict, List, Optional, Sequence
 import torch
 import torch.distributed as dist
 
+from dynmo.pipelining.plan_agreement import plan_lead_of
 from dynmo.types import LayerCost, Plan
 
 _log = logging.getLogger("dynmo.pipelining")
 
 
 class JobLink:
-    def __init__(self, agents: Dict[int, Any], local_coordinator: Any = None) -> None:
+    def __init__(self, agents: Dict[int, Any], local_coordinator: Any = None,
+                 plan_lead: int = 0) -> None:
         self.agents = agents
         self.local_coordinator = local_coordinator
+        # The coordinator's --plan_lead_iterations where this rank knows it
+        # (the embedded one's, from global rank 0), else 0.
+        self.plan_lead = plan_lead
 
     @staticmethod
     def connect(coordinator: str, *, job: str, stages: Sequence[int], num_stages: int,
@@ -44,9 +50,10 @@ class JobLink:
         """The agents of ``stages``, connected (``connect_timeout_s`` each);
         a failure stops what it started (the embedded coordinator too)."""
         import dynmo  # the C++ agent: only needed with a coordinator
-        address, local = coordinator, None
+        address, local, lead = coordinator, None, 0
         if coordinator == "embedded":
-            port = torch.zeros(1, dtype=torch.int64)  # over the CPU control group
+            # (port, plan lead) over the CPU control group
+            port = torch.zeros(2, dtype=torch.int64)
             if dist.get_rank() == 0:
                 # A plan applies 5 iterations after the report it was decided
                 # on, as under dynmo-train's embedded coordinator: its agents
@@ -58,9 +65,11 @@ class JobLink:
                     extra.append("--repack=true")
                 local = dynmo.LocalCoordinator(extra + list(flags))
                 port[0] = local.port
+                port[1] = plan_lead_of(extra + list(flags))
             dist.broadcast(port, 0, group=group)
             # host-sync(cpu): the control group's CPU tensor, once at start.
-            address = f"127.0.0.1:{int(port.item())}"
+            got, lead = port.tolist()
+            address = f"127.0.0.1:{int(got)}"
         agents: Dict[int, Any] = {}
         try:
             for k, stage in enumerate(stages):
@@ -81,7 +90,7 @@ class JobLink:
             if local is not None:
                 local.stop()
             raise
-        return JobLink(agents, local)
+        return JobLink(agents, local, plan_lead=int(lead))
 
     def plan_due(self, iteration: int) -> Optional[Plan]:
         """The committed plan due at ``iteration`` when every local agent

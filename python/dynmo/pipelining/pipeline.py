@@ -23,8 +23,9 @@ with the user's factories over the held parameters, attach the layer timer
 and connect one ``dynmo.Agent`` per local stage.
 
 At ``begin_iteration`` (replan.py) every rank of the job agrees in-band
-on the plan due (``dynmo.torch.agree_on_plan``, over the CPU control
-group: no GPU wait);
+on the plan due (over the CPU control group: no GPU wait; started a
+boundary early where the plan lead allows, so no boundary waits on it:
+plan_agreement.py);
 when all hold it, each replica executes the plan's moves
 (``dynmo.torch.migration.migrate``: weights, buffers and the optimizer's
 per-parameter state, one batch per round on the job group, confirmed by
@@ -69,6 +70,7 @@ from dynmo.pipelining.failure import JobFailure, abort_process_groups
 from dynmo.pipelining.fsdp import replica_mesh, shard_chunk, shard_layer, sharded_copy
 from dynmo.pipelining.iteration_report import gather_summary, report_costs
 from dynmo.pipelining.job_link import JobLink
+from dynmo.pipelining.plan_agreement import Agreement, BoundaryAgreement, agreement_for
 from dynmo.pipelining.layout import ModelParts
 from dynmo.pipelining.plan_check import plan_problem
 from dynmo.pipelining.replan import apply_due_plan, execute_plan
@@ -109,7 +111,12 @@ class DynamicPipeline:
     replicas share its layers, "ddp" (each a full copy, gradients
     all-reduced: the default) or "fsdp2" (each layer ``fully_shard``ed over
     them, parameters and optimizer state DTensors of this replica's shard:
-    see ``fsdp.py``; also at dp 1).
+    see ``fsdp.py``; also at dp 1). ``plan_agreement``: when the ranks
+    agree on the plan due (plan_agreement.py): "boundary" at each iteration
+    boundary (any plan lead), "early" started one boundary ahead so that no
+    boundary waits on it (the coordinator's plan lead must be >= 3), "auto"
+    (default) early under the embedded coordinator when its lead is >= 3,
+    at the boundary otherwise.
     Every argument is checked first (``arguments.py``): a refusal is one
     ``dynmo.InvalidArgumentError`` naming it, before anything is touched.
     From then on an error on one rank ends every rank (``failure.py``;
@@ -132,7 +139,8 @@ class DynamicPipeline:
                  speed_probe_every: int = 5, speed_probe_steady_every: int = 25,
                  planned_iterations: int = 0,
                  migration_timeout_s: float = DEFAULT_TIMEOUT_S,
-                 data_parallel: str = "ddp", connect_timeout_s: float = 20.0) -> None:
+                 data_parallel: str = "ddp", connect_timeout_s: float = 20.0,
+                 plan_agreement: str = "auto") -> None:
         if not dist.is_initialized():
             raise RuntimeError("dynmo.pipelining: call torch.distributed.init_process_group "
                                "first")
@@ -159,6 +167,8 @@ class DynamicPipeline:
         self.last_moved_bytes = 0
         self._timing = timing
         self._link: Optional[JobLink] = None
+        # replan.apply_due_plan's; picked once the coordinator's lead is known
+        self._agreement: Agreement = BoundaryAgreement()
         self.parts: Optional[ModelParts] = None
         # From here on this rank's error ends every rank (failure.py): the
         # others may already wait in a collective of the steps below.
@@ -192,6 +202,7 @@ class DynamicPipeline:
                 planned_iterations=g["planned_iterations"],
                 connect_timeout_s=g["connect_timeout_s"])
             self.failure.on_peer_failure.append(self._link.stop_coordinator)
+            self._agreement = agreement_for(g["plan_agreement"], self._link.plan_lead)
         held = [i for s in self.topology.local_stages() for i in self._range(s)]
         self.parts = ModelParts(model, self.layout, held, self.device)
         self._mesh = replica_mesh(self.topology.dp_group, self.device) if fsdp2 else None
@@ -312,6 +323,7 @@ class DynamicPipeline:
         ``abort`` is False), nothing waits on a peer, and the one line to
         print is returned — the first failure's, "rank R failed: ..."."""
         if error is not None:
+            self._agreement.drop()  # the next boundary's, in flight: never read
             line = self.failure.announce(error)
             self.failure.stop()  # announced: the watcher has nothing left to do
             if self._link is not None:
@@ -322,10 +334,11 @@ class DynamicPipeline:
             return line
         if self._link is not None:
             self._link.close()
+        timeout = datetime.timedelta(seconds=self.migration_timeout_s)
+        self._agreement.settle(timeout)  # the next boundary's, never read
         if barrier and dist.get_world_size() > 1 and not self.released:
             # The watcher still runs: a rank failing meanwhile ends this one.
-            dist.monitored_barrier(group=self.topology.control_group,
-                                   timeout=datetime.timedelta(seconds=self.migration_timeout_s))
+            dist.monitored_barrier(group=self.topology.control_group, timeout=timeout)
         self.failure.stop()
         if self._link is not None:
             self._link.stop_coordinator()

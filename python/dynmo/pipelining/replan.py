@@ -1,5 +1,6 @@
 """How one rank carries out a committed plan: ``apply_due_plan`` (every
-rank agrees in-band on the plan due, it is checked, applied and
+rank agrees in-band on the plan due, at the boundary or started a boundary
+early (plan_agreement.py); it is checked, applied and
 acknowledged), ``execute_plan`` (the moves through
 ``dynmo.torch.migration.migrate``, then the plan's layout adopted, the
 groups shrunk for a re-pack and the pipeline rebuilt) and ``release`` (a
@@ -14,7 +15,6 @@ from typing import Optional
 import torch
 
 from dynmo.torch.migration import MigrationError, Transfer, migrate
-from dynmo.torch.plan import agree_on_plan
 from dynmo.types import Plan
 
 _log = logging.getLogger("dynmo.pipelining")
@@ -22,12 +22,23 @@ _log = logging.getLogger("dynmo.pipelining")
 
 def apply_due_plan(pipe, iteration: int) -> Optional[Plan]:
     """The committed plan due at ``iteration``, applied when every rank
-    holds it and it passes its checks (else None), and acknowledged."""
+    holds it and it passes its checks (else None), and acknowledged; then,
+    with the early agreement, the one on the next boundary's plan is
+    started (plan_agreement.py)."""
     if pipe._link is None or pipe.released:
         return None
-    plan = pipe._link.plan_due(iteration)
-    if not agree_on_plan(plan, group=pipe.topology.control_group,
-                         device=torch.device("cpu")):
+    link = pipe._link
+    plan, agreed = pipe._agreement.agree(iteration, link.plan_due,
+                                         pipe.topology.control_group)
+    applied = _apply_agreed(pipe, plan, agreed)
+    if not pipe.released:
+        pipe._agreement.start_next(iteration + 1, link.plan_due,
+                                   pipe.topology.control_group)
+    return applied
+
+
+def _apply_agreed(pipe, plan: Optional[Plan], agreed: bool) -> Optional[Plan]:
+    if not agreed:
         if plan is not None:
             pipe._link.acknowledge(plan, False, "not every rank holds this epoch")
         return None
