@@ -25,8 +25,8 @@
 #     what one GPU can measure), 2 ranks over Gloo on the CPU (the Python
 #     path's host figure), 2 ranks over NCCL when 2 GPUs are visible (NCCL
 #     refuses two ranks on one GPU; Gloo cannot send CUDA tensors);
-#     dynmo-bench-migration (the C++ trainer's SendLayer/RecvLayer over its
-#     Gloo transport; that bench has CPU tensors only);
+#     dynmo-bench-migration (the C++ trainer's SendLayerState/RecvLayerState
+#     over its Gloo transport; that bench has CPU tensors only);
 #  4. with the time left, the host syncs of a 10-iteration DynMo run of the
 #     adapter, by line (bench/sync_audit.py).
 # A run's figure is its median tokens/s over iterations SKIP (5) to the
@@ -350,7 +350,7 @@ for r in rows:
 cpp = [json.loads(l) for l in open(os.path.join(runs, "cpp-migration.log"))
        if l.startswith("{")] if os.path.exists(os.path.join(runs, "cpp-migration.log")) else []
 for c in cpp:
-    print(f"  {'C++ SendLayer/RecvLayer':<28} {'gloo':<6} {'cpu':<5} {c['layer_bytes'] / 1e6:8.1f} MB "
+    print(f"  {'C++ Send/RecvLayerState':<28} {'gloo':<6} {'cpu':<5} {c['layer_bytes'] / 1e6:8.1f} MB "
           f"{c['migration_bytes_per_s'] / 1e9:8.2f} GB/s  (plain send "
           f"{c['plain_send_bytes_per_s'] / 1e9:.2f} GB/s; hidden {c['hidden']})")
 got = {(r["what"], r["backend"], r["device"]): r["gb_per_s"] for r in rows}

@@ -7,9 +7,10 @@
 // variables on loopback) and waits for them; rank 0 prints one JSON object:
 //   {"layer_bytes":..,"payload_bytes":..,"migration_bytes_per_s":..,
 //    "plain_send_bytes_per_s":..,"ratio":..,"encode_s":..,"decode_restore_s":..}
-// A migration is SendLayer -> RecvLayer of one decoder block with its AdamW
-// state (trainer/state/layer_migration.h: the header, then every tensor sent as
-// it is and received into a fresh tensor, restored onto a fresh layer); the
+// A migration is SendLayerState -> RecvLayerState of one decoder block with
+// its AdamW state (trainer/state/layer_state.h: the header, then every tensor
+// sent as it is and received into a fresh tensor, restored onto a fresh
+// layer), captured and restored as PipelineStage::ApplyMigration does; the
 // plain send is one uint8 tensor of the same byte count (the file
 // encoding's size) over the same Transport. Times are medians over --reps,
 // each from a barrier to the receiver holding the data (receiver's clock).
@@ -29,9 +30,10 @@
 #include "absl/strings/str_cat.h"
 #include "bench/median.h"
 #include "nlohmann/json.hpp"
+#include "trainer/comm/device.h"
 #include "trainer/comm/dist_env.h"
 #include "trainer/comm/transport.h"
-#include "trainer/state/layer_migration.h"
+#include "trainer/state/layer_state.h"
 
 using namespace dynmo::trainer;  // NOLINT: a benchmark's main
 
@@ -121,9 +123,14 @@ int main(int argc, char** argv) {
     if (absl::Status s = transport.Barrier(); !s.ok()) return Fail(s);
     t0 = Clock::now();
     if (env->rank == 0) {
-      if (absl::Status s = SendLayer(transport, layer, peer); !s.ok()) return Fail(s);
+      if (absl::Status s = SendLayerState(transport, CaptureLayerState(layer), peer);
+          !s.ok()) {
+        return Fail(s);
+      }
     } else {
-      absl::StatusOr<OwnedLayer> got = RecvLayer(transport, config, 1, peer);
+      absl::StatusOr<LayerState> state = RecvLayerState(transport, 1, peer, DeviceOf(config));
+      if (!state.ok()) return Fail(state.status());
+      absl::StatusOr<OwnedLayer> got = RestoreLayer(config, *state);
       if (!got.ok()) return Fail(got.status());
     }
     migration.push_back(std::chrono::duration<double>(Clock::now() - t0).count());

@@ -17,8 +17,8 @@
 #    --profile_layers=true and =false, runs alternated, median iteration
 #    time of each; overhead = (true - false) / false.
 # 3. Migration throughput: dynmo-bench-migration (a decoder block with its
-#    AdamW state, SendLayer -> RecvLayer, against a plain Gloo send of the
-#    same bytes) at two layer sizes.
+#    AdamW state, SendLayerState -> RecvLayerState, against a plain Gloo send
+#    of the same bytes) at two layer sizes.
 # Knobs (environment): STEPS (default 40), EVERY (10), HIDDEN (128),
 # SEQ (64), MB (4), M (8), PAIRS (3), OVERHEAD_STEPS (15).
 set -euo pipefail

@@ -111,7 +111,9 @@ if ((bytes > limit_mib * 1048576)); then
   exit 1
 fi
 # What travels to the device: the tree git would see plus the kit.
-tree=$(git ls-files -co --exclude-standard -z | du --files0-from=- -cb 2>/dev/null | tail -1 | cut -f1)
+# (A tracked file deleted in the working tree makes du fail: not the kit's fault.)
+tree=$(git ls-files -co --exclude-standard -z | du --files0-from=- -cb 2>/dev/null | tail -1 | cut -f1 || true)
+tree=${tree:-0}
 if ((tree + bytes > limit_mib * 1048576)); then
   echo "gpu-kit: WARNING: working tree ($((tree / 1048576)) MiB) plus the kit exceed ${limit_mib} MiB" >&2
 fi

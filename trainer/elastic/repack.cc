@@ -2,20 +2,10 @@
 
 #include <utility>
 
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "core/migration.h"
-
 namespace dynmo::trainer {
 
-absl::Status ApplyLayoutStep(const RepackStep& step, const core::MigrationPlan& moves,
-                             PipelineStage& stage,
-                             std::unique_ptr<Transport>* transport) {
-  // Moves in current active indices: every destination is a running stage.
-  if (absl::Status s = stage.ApplyMigration(moves, step.expanded_to); !s.ok()) {
-    return s;
-  }
-  if (!step.releases()) return absl::OkStatus();
+absl::Status ShrinkToSurvivors(const RepackStep& step, PipelineStage& stage,
+                               std::unique_ptr<Transport>* transport) {
   absl::StatusOr<std::unique_ptr<Transport>> shrunk = (*transport)->Shrink(step.new_rank);
   if (!shrunk.ok()) return shrunk.status();
   if (*shrunk != nullptr) {

@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "trainer/state/layer_migration.h"
+#include "trainer/comm/device.h"
 #include "trainer/state/layer_state.h"
 
 namespace dynmo::trainer {
@@ -76,10 +76,14 @@ absl::StatusOr<ReshapeResult> ApplyReshapeStep(const ReshapeStep& step,
             absl::StrCat("rank ", me, " is asked to send layer ", c.layer,
                          " it does not hold"));
       }
-      result.bytes_sent += CaptureLayerState(it->second).PayloadBytes();
-      if (absl::Status s = SendLayer(current, it->second, c.to_rank); !s.ok()) return s;
+      const LayerState state = CaptureLayerState(it->second);
+      result.bytes_sent += state.PayloadBytes();
+      if (absl::Status s = SendLayerState(current, state, c.to_rank); !s.ok()) return s;
     } else if (c.to_rank == me) {
-      absl::StatusOr<OwnedLayer> owned = RecvLayer(current, config, c.layer, c.from_rank);
+      absl::StatusOr<LayerState> state =
+          RecvLayerState(current, c.layer, c.from_rank, DeviceOf(config));
+      if (!state.ok()) return state.status();
+      absl::StatusOr<OwnedLayer> owned = RestoreLayer(config, *state);
       if (!owned.ok()) return owned.status();
       received[c.layer] = *std::move(owned);
     }

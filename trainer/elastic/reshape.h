@@ -3,7 +3,7 @@
 //   1. the layer copies, in their rounds, over the CURRENT transport: each
 //      layer's whole LayerState (weights, AdamW state, the layer's own
 //      dynamic state: pruned CSR tensors, masks, metadata) as live
-//      migration sends it (layer_migration.h);
+//      migration sends it (layer_state.h);
 //   2. a new generation of c10d groups for the new grid
 //      (Transport::Reshape: the world and the dp' data-parallel groups);
 //   3. the stage regrouped: its new stage index, neighbours, replica, layers

@@ -60,13 +60,16 @@ absl::Status IterationReporter::Gather(int64_t iter, PipelineStage& stage,
   if (my_stage == active_pp - 1) values[0] = stats.loss_sum / config_.microbatches;
   int64_t memory_used = stats.peak_stash_bytes;  // stage_memory.h
   std::vector<int64_t> resident(local_ids.size(), 0);
+  // Each layer's backward split at its measured input-gradient share.
+  std::vector<double> weight_grad_s(local_ids.size(), 0.0);
   for (size_t i = 0; i < local_ids.size(); ++i) {
     const int l = local_ids[i];
     resident[i] = LayerResidentBytes(stage.layers()[i]);
+    weight_grad_s[i] = stats.backward_s[i] * (1 - stats.input_grad_share[i]);
     values[at.forward(l)] = stats.forward_s[i];
     values[at.backward(l)] = stats.backward_s[i];
     values[at.resident(l)] = static_cast<double>(resident[i]);
-    values[at.weight_grad(l)] = stats.weight_grad_s[i];
+    values[at.weight_grad(l)] = weight_grad_s[i];
     values[at.activation(l)] = static_cast<double>(stats.activation_bytes[i]);
     values[at.params(l)] = static_cast<double>(nonzero_params_[i]);
     memory_used += resident[i];
@@ -89,8 +92,8 @@ absl::Status IterationReporter::Gather(int64_t iter, PipelineStage& stage,
       core::LayerCost c;
       c.id = local_ids[i];
       c.fwd_s = stats.forward_s[i] / m;
-      c.bwd_s = (stats.backward_s[i] - stats.weight_grad_s[i]) / m;
-      c.wgrad_s = stats.weight_grad_s[i] / m;
+      c.bwd_s = (stats.backward_s[i] - weight_grad_s[i]) / m;
+      c.wgrad_s = weight_grad_s[i] / m;
       c.params = nonzero_params_[i];
       c.resident_bytes = resident[i];
       c.activation_bytes = stats.activation_bytes[i];

@@ -408,10 +408,15 @@ absl::Status RunTraining(const TrainerConfig& requested, const DistEnv& env,
         layout_changed = true;
         continue;
       }
-      if (absl::Status s = ApplyLayoutStep(change.step, change.moves, stage, &*transport);
-          !s.ok()) {
-        source->Failed(change, s);
-        return s;
+      // The moves are in current active indices: every destination is a
+      // running stage. A re-pack then shrinks the transport (repack.h).
+      absl::Status moved = stage.ApplyMigration(change.moves, change.step.expanded_to);
+      if (moved.ok() && change.step.releases()) {
+        moved = ShrinkToSurvivors(change.step, stage, &*transport);
+      }
+      if (!moved.ok()) {
+        source->Failed(change, moved);
+        return moved;
       }
       const bool is_rank0 = *transport != nullptr && (*transport)->rank() == 0;
       source->Applied(iter, change, was_rank0 || (change.step.releases() && is_rank0));

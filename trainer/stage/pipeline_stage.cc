@@ -175,7 +175,6 @@ absl::Status PipelineStage::RunIteration(int64_t iter, StageIterationStats* stat
   *stats = StageIterationStats{};
   stats->forward_s.assign(layers_.size(), 0.0);
   stats->backward_s.assign(layers_.size(), 0.0);
-  stats->weight_grad_s.assign(layers_.size(), 0.0);
   stats->activation_bytes.assign(layers_.size(), 0);
   PrepareGradientSplit(iter);
   in_flight_.assign(config_.microbatches, InFlight{});
@@ -261,8 +260,7 @@ void PipelineStage::FinishGradientSplit(StageIterationStats* stats) {
               ? std::clamp(probe_input_s_[i] / probe_full_s_[i], 0.0, 1.0)
               : 1.0;
     }
-    const double share = input_grad_share_[i] < 0 ? 1.0 : input_grad_share_[i];
-    stats->weight_grad_s[i] = stats->backward_s[i] * (1 - share);
+    stats->input_grad_share.push_back(input_grad_share_[i] < 0 ? 1.0 : input_grad_share_[i]);
   }
 }
 
@@ -445,11 +443,16 @@ absl::Status PipelineStage::ApplyMigration(const core::MigrationPlan& plan,
             "stage ", stage_, " is asked to send layer ", m.layer, " it does not hold"));
       }
       const int peer = RankAt(m.to_stage, dp_rank_, config_.dp);
-      if (absl::Status s = SendLayer(*transport_, it->second, peer); !s.ok()) return s;
+      if (absl::Status s = SendLayerState(*transport_, CaptureLayerState(it->second), peer);
+          !s.ok()) {
+        return s;
+      }
       held.erase(it);
     } else if (m.to_stage == stage_) {
       const int peer = RankAt(m.from_stage, dp_rank_, config_.dp);
-      absl::StatusOr<OwnedLayer> owned = RecvLayer(*transport_, config_, m.layer, peer);
+      absl::StatusOr<LayerState> state = RecvLayerState(*transport_, m.layer, peer, device_);
+      if (!state.ok()) return state.status();
+      absl::StatusOr<OwnedLayer> owned = RestoreLayer(config_, *state);
       if (!owned.ok()) return owned.status();
       held[m.layer] = std::move(*owned);
     }

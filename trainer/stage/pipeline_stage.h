@@ -40,7 +40,7 @@
 #include "trainer/stage/layer_clock.h"
 #include "trainer/stage/one_f_one_b.h"
 #include "trainer/stage/op_timeline.h"
-#include "trainer/state/layer_migration.h"
+#include "trainer/state/layer_state.h"
 
 namespace dynmo::trainer {
 
@@ -50,14 +50,15 @@ struct StageIterationStats {
   // Per local layer (index 0 = layer b[s]), summed over micro-batches.
   std::vector<double> forward_s;
   std::vector<double> backward_s;      // input + weight gradient
-  // The weight-gradient part of backward_s: backward_s times the share of
-  // the layer's backward that is not its input gradient, measured on
+  // The share of each layer's backward that is its input gradient (the rest,
+  // backward_s * (1 - share), is its weight gradient), measured on
   // micro-batch 0 every kGradientSplitEvery iterations (and after the
   // stage's layers changed) by an input-gradient-only pass
   // (torch::autograd::grad w.r.t. the layer input: the engine skips every
-  // weight-gradient edge) next to the full backward. 0 without per-layer
-  // clocks.
-  std::vector<double> weight_grad_s;
+  // weight-gradient edge) next to the full backward. 1 until measured and
+  // without per-layer clocks. The report splits the times with it
+  // (iteration_report.h).
+  std::vector<double> input_grad_share;
   // Per local layer: the most bytes one micro-batch's forward of the layer
   // left allocated (output + what autograd saved), activation_meter.h.
   std::vector<int64_t> activation_bytes;
@@ -148,7 +149,7 @@ class PipelineStage : public StageOps {
   torch::Tensor ActivationBuffer() const;
   torch::Tensor TokensOnDevice(std::vector<int64_t>& data) const;
   absl::Status AverageGradientsOverDataParallel();
-  // The input/weight-gradient split (StageIterationStats::weight_grad_s):
+  // The input/weight-gradient split (StageIterationStats::input_grad_share):
   // whether this iteration probes it, and the shares it measured.
   void PrepareGradientSplit(int64_t iter);
   void FinishGradientSplit(StageIterationStats* stats);

@@ -400,7 +400,7 @@ absl::Status SendLayerState(Transport& transport, const LayerState& state, int p
   return ops.empty() ? absl::OkStatus() : transport.Exchange(ops);
 }
 
-absl::StatusOr<LayerState> RecvLayerState(Transport& transport, int peer,
+absl::StatusOr<LayerState> RecvLayerState(Transport& transport, int id, int peer,
                                           torch::Device device) {
   torch::Tensor size = torch::zeros({1}, torch::kLong);
   if (absl::Status s = transport.Exchange({P2POp{P2POp::Kind::kRecv, &size, peer}});
@@ -433,7 +433,12 @@ absl::StatusOr<LayerState> RecvLayerState(Transport& transport, int peer,
   if (!ops.empty()) {
     if (absl::Status s = transport.Exchange(ops); !s.ok()) return s;
   }
-  return Assemble(*header, std::move(values));
+  absl::StatusOr<LayerState> state = Assemble(*header, std::move(values));
+  if (state.ok() && state->id != id) {
+    return absl::InternalError(absl::StrCat("expected layer ", id, " from rank ", peer,
+                                            ", got layer ", state->id));
+  }
+  return state;
 }
 
 absl::Status WriteLayerStateFile(const LayerState& state, const std::string& path) {

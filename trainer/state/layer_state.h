@@ -1,6 +1,7 @@
 // LayerState: everything one pipeline layer owns, as named tensors, in one
-// encoding shared by live migration (layer_migration.h) and per-layer
-// checkpoints (checkpoint.h), so a layer that survives one survives the other.
+// encoding shared by live migration (SendLayerState / RecvLayerState, below)
+// and per-layer checkpoints (checkpoint.h), so a layer that survives one
+// survives the other.
 //
 // A layer's state is
 //   - every named parameter and every named buffer of the module (the names
@@ -128,11 +129,17 @@ torch::Tensor EncodeLayerState(const LayerState& state);
 // magic, truncated or malformed header or payload, unknown dtype or role.
 absl::StatusOr<LayerState> DecodeLayerState(absl::Span<const uint8_t> bytes);
 
-// Sends `state` to `peer` / receives one from `peer` (messages between a
-// pair of ranks match in order).
+// Moving one layer between ranks: the sender sends
+// CaptureLayerState(owned), the receiver restores what RecvLayerState gives
+// (RestoreLayer), so the receiving rank trains on bit-identically. Both ends
+// name the same layer; messages between one pair of ranks match in order,
+// so a migration plan walked in the same order by every rank
+// (core/migration.h) pairs every send with its receive.
 absl::Status SendLayerState(Transport& transport, const LayerState& state,
                             int peer);
-absl::StatusOr<LayerState> RecvLayerState(Transport& transport, int peer,
+// Receives layer `id`'s state from `peer` onto `device`. INTERNAL when the
+// peer sent another layer.
+absl::StatusOr<LayerState> RecvLayerState(Transport& transport, int id, int peer,
                                           torch::Device device = torch::kCPU);
 
 // Writes `state` to `path` atomically (temporary file in the same
