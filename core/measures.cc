@@ -68,6 +68,36 @@ std::vector<StagePassTimes> StagePassTimesFor(const PipelineModel& model,
   return out;
 }
 
+std::vector<StagePassTimes> StageBusyTimesFor(const PipelineModel& model,
+                                              absl::Span<const int> b) {
+  std::vector<StagePassTimes> out = StagePassTimesFor(model, b);
+  const int k = static_cast<int>(out.size());
+  for (int s = 0; s < k; ++s) {
+    const StageSpec& stage = model.stages[static_cast<size_t>(s)];
+    double extra = stage.exchange_s / stage.speed;
+    if (s + 1 < k) extra += model.link.exposed_transfer_s();
+    out[static_cast<size_t>(s)].fwd_s += extra / 2;
+    out[static_cast<size_t>(s)].bwd_s += extra / 2;
+  }
+  return out;
+}
+
+absl::StatusOr<double> PredictedIterationTime(const PipelineModel& model,
+                                              absl::Span<const int> b,
+                                              Schedule schedule, int microbatches) {
+  SimConfig config;
+  config.schedule = schedule;
+  config.microbatches = microbatches;
+  config.stages = StageBusyTimesFor(model, b);
+  if (model.link.overlapped && model.link.bandwidth_bytes_per_s > 0) {
+    config.transfer_s = static_cast<double>(model.link.boundary_bytes) /
+                        model.link.bandwidth_bytes_per_s;
+  }
+  absl::StatusOr<SimResult> sim = SimulatePipeline(config);
+  if (!sim.ok()) return sim.status();
+  return sim->iteration_time_s;
+}
+
 absl::StatusOr<double> PredictedBubbleRatio(const PipelineModel& model,
                                             absl::Span<const int> b,
                                             Schedule schedule,

@@ -41,6 +41,23 @@ double BottleneckLowerBound(const PipelineModel& model);
 std::vector<StagePassTimes> StagePassTimesFor(const PipelineModel& model,
                                               absl::Span<const int> b);
 
+// StagePassTimesFor plus the rest of what StageLoads counts per
+// micro-batch: each stage's exchanges (StageSpec::exchange_s at its speed)
+// and, for a non-last stage, a link transfer that is not overlapped, split
+// evenly between the forward and the input-gradient pass. The sum of each
+// stage's three passes is its StageLoads entry.
+std::vector<StagePassTimes> StageBusyTimesFor(const PipelineModel& model,
+                                              absl::Span<const int> b);
+
+// Seconds the simulator predicts one iteration of `schedule` with
+// `microbatches` micro-batches takes on partition `b`, every stage busy
+// for its StageBusyTimesFor and an overlapped link's transfer as the hop
+// between stages: what a plan changes in a pipeline's step time (its
+// bottleneck over the steady phase, every stage in the fill and drain).
+absl::StatusOr<double> PredictedIterationTime(const PipelineModel& model,
+                                              absl::Span<const int> b,
+                                              Schedule schedule, int microbatches);
+
 // Bubble ratio the simulator predicts for one iteration of `schedule` with
 // `microbatches` micro-batches on partition `b`.
 absl::StatusOr<double> PredictedBubbleRatio(const PipelineModel& model,

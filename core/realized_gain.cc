@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace dynmo::core {
 namespace {
@@ -85,6 +86,17 @@ void PredictionRecord::Add(double predicted_gain, const RealizedGain& realized) 
     shortfalls_.pop_front();
     spreads_.pop_front();
   }
+}
+
+std::optional<double> CurrentStepTime(const StepTimes& steps, int64_t since,
+                                      const GainWindows& windows) {
+  if (steps.first() < 0) return std::nullopt;
+  const int64_t first = std::max(since, steps.first() + windows.warmup);
+  std::vector<double> times = steps.Range(first, std::numeric_limits<int64_t>::max());
+  if (static_cast<int>(times.size()) < std::max(1, windows.min_samples)) return std::nullopt;
+  const size_t keep = static_cast<size_t>(std::max(1, windows.before));
+  if (times.size() > keep) times.erase(times.begin(), times.end() - static_cast<long>(keep));
+  return Median(std::move(times));
 }
 
 std::optional<double> PredictionRecord::MedianShortfall() const {

@@ -81,6 +81,14 @@ std::optional<RealizedGain> MeasureRealizedGain(const StepTimes& steps,
                                                 int64_t apply_iteration,
                                                 const GainWindows& windows);
 
+// The job's step time on the layout it runs now: the median of the newest
+// `windows.before` step times from iteration `since` on (the first after a
+// plan's switch: apply + skip + 1; -1 for the job's start), the warm-up
+// left out as MeasureRealizedGain does; nullopt with fewer than
+// windows.min_samples.
+std::optional<double> CurrentStepTime(const StepTimes& steps, int64_t since,
+                                      const GainWindows& windows);
+
 // The newest plans' shortfalls and measurement spreads.
 class PredictionRecord {
  public:

@@ -117,11 +117,44 @@ absl::StatusOr<std::optional<Decision>> DecideReshape(const DecisionInput& in) {
   d.boundaries = best.boundaries;
   for (int s = 0; s < best.pp; ++s) d.active_stages.push_back(s);
   d.migration_bytes = best.copy_bytes;
-  d.previous_bottleneck_s = now->iteration_s / in.microbatches;
-  d.predicted_bottleneck_s = best.iteration_s / in.microbatches;
+  const double unexplained = std::max(0.0, in.measured_iteration_s - now->iteration_s);
+  d.previous_bottleneck_s = (now->iteration_s + unexplained) / in.microbatches;
+  d.predicted_bottleneck_s = (best.iteration_s + unexplained) / in.microbatches;
   d.reshape = choice;
   return std::optional<Decision>(std::move(d));
 }
+
+// Prices layouts as the job's step time per micro-batch (Decision's
+// previous_bottleneck_s / predicted_bottleneck_s).
+class StepPricer {
+ public:
+  // Prices the current layout; errors come from the simulator.
+  static absl::StatusOr<StepPricer> ForCurrent(const DecisionInput& in) {
+    StepPricer p;
+    p.schedule_ = in.schedule;
+    p.microbatches_ = std::max(1, in.microbatches);
+    absl::StatusOr<double> now =
+        core::PredictedIterationTime(in.model, in.current, p.schedule_, p.microbatches_);
+    if (!now.ok()) return now.status();
+    p.unexplained_s_ = std::max(0.0, in.measured_iteration_s - *now);
+    p.now_s_ = (*now + p.unexplained_s_) / p.microbatches_;
+    return p;
+  }
+  double now_s() const { return now_s_; }
+  // `model` on boundaries `b` (its stages the ones that would run).
+  absl::StatusOr<double> Price(const core::PipelineModel& model,
+                               const core::Boundaries& b) const {
+    absl::StatusOr<double> t = core::PredictedIterationTime(model, b, schedule_, microbatches_);
+    if (!t.ok()) return t.status();
+    return (*t + unexplained_s_) / microbatches_;
+  }
+
+ private:
+  core::Schedule schedule_ = core::Schedule::k1F1B;
+  int microbatches_ = 1;
+  double unexplained_s_ = 0;
+  double now_s_ = 0;
+};
 
 }  // namespace
 
@@ -142,8 +175,10 @@ absl::StatusOr<Decision> Decide(const DecisionInput& input) {
   }
 
   Decision d;
-  d.previous_bottleneck_s =
-      core::Bottleneck(core::StageLoads(input.model, input.current));
+  absl::StatusOr<StepPricer> pricer = StepPricer::ForCurrent(input);
+  if (!pricer.ok()) return pricer.status();
+  d.previous_stage_s = core::Bottleneck(core::StageLoads(input.model, input.current));
+  d.previous_bottleneck_s = pricer->now_s();
 
   if (input.policy.repack && input.policy.elastic == Elastic::kReshape) {
     absl::StatusOr<std::optional<Decision>> r = DecideReshape(input);
@@ -179,7 +214,22 @@ absl::StatusOr<Decision> Decide(const DecisionInput& input) {
       d.migrations = r->migration.migrations;
       d.split = r->split;
       d.migration_bytes = r->migration.total_bytes;
-      d.predicted_bottleneck_s = r->bottleneck;
+      d.predicted_stage_s = r->bottleneck;
+      // The survivors' model: each at its own speed and exchanges.
+      core::PipelineModel packed = input.model;
+      packed.stages.clear();
+      for (int id : r->active_stages) {
+        const auto at = std::find(input.active_stages.begin(), input.active_stages.end(), id);
+        if (at == input.active_stages.end()) {
+          return absl::InternalError(absl::StrCat("decision: re-pack kept stage ", id,
+                                                  ", not an active one"));
+        }
+        packed.stages.push_back(
+            input.model.stages[static_cast<size_t>(at - input.active_stages.begin())]);
+      }
+      absl::StatusOr<double> price = pricer->Price(packed, r->boundaries);
+      if (!price.ok()) return price.status();
+      d.predicted_bottleneck_s = *price;
       return d;
     }
   }
@@ -193,12 +243,15 @@ absl::StatusOr<Decision> Decide(const DecisionInput& input) {
   d.boundaries = p->boundaries;
   d.active_stages = input.active_stages;
   d.split = IdentitySplit(input.active_stages);
-  d.predicted_bottleneck_s =
-      core::Bottleneck(core::StageLoads(input.model, d.boundaries));
   if (d.boundaries == input.current) {
+    d.predicted_stage_s = d.previous_stage_s;
     d.predicted_bottleneck_s = d.previous_bottleneck_s;
     return d;
   }
+  d.predicted_stage_s = core::Bottleneck(core::StageLoads(input.model, d.boundaries));
+  absl::StatusOr<double> price = pricer->Price(input.model, d.boundaries);
+  if (!price.ok()) return price.status();
+  d.predicted_bottleneck_s = *price;
   // The moves name the job's original stage ids from the start (each
   // layer's owner under either layout), as the plan carries them.
   absl::StatusOr<core::MigrationPlan> m = core::PlanMigration(

@@ -46,19 +46,33 @@ struct DecisionInput {
   // the devices they would run on. Empty: each rank at its model stage's
   // speed (its slowest replica's).
   std::vector<double> rank_speeds;
+  // The job's step time on the current layout, measured (the median of its
+  // newest iterations, PlanGains::CurrentStepTime); 0 = not known yet.
+  // What it holds beyond the model's predicted iteration (the optimizer,
+  // the data, the host) no layout changes, so every price carries it.
+  double measured_iteration_s = 0;
 };
 
 // The layout part of a plan (wire::Plan's fields, original stage ids):
 // `boundaries` over `active_stages`; `released_stages`; `migrations` in
 // their rounds; `split`; `migration_bytes`; `previous_bottleneck_s` (now)
-// and `predicted_bottleneck_s` (after), per micro-batch. Set when the
-// decision re-shapes the job, `reshape` holds the grid: `boundaries` are
-// then over the new stages 0..pp-1 (`active_stages`), nothing is released,
-// migrations and split are empty, migration_bytes is the copies' total,
-// and the two bottlenecks are the iteration times per original
-// micro-batch.
+// and `predicted_bottleneck_s` (after): the job's step time per
+// micro-batch, priced as the simulator's iteration of the schedule
+// (core::PredictedIterationTime, every rank at its speed, exchanges
+// included) plus the part of the measured step the model does not explain
+// — what the plan is predicted to gain is their ratio, the same quantity
+// its realized gain is measured in. Set when the decision re-shapes the
+// job, `reshape` holds the grid: `boundaries` are then over the new stages
+// 0..pp-1 (`active_stages`), nothing is released, migrations and split
+// are empty, migration_bytes is the copies' total, and the two prices are
+// the grids' iteration times (core::CostOfGrid) per original micro-batch.
 struct Decision : wire::Plan {
   bool changes_layout = false;
+  // The slowest stage's seconds per micro-batch now and after (the
+  // balancer's objective; 0 for a re-shape): what the auto gate weighs
+  // against the layers' timing noise.
+  double previous_stage_s = 0;
+  double predicted_stage_s = 0;
 };
 
 // Runs the policy's balancer (and RepackOptimal when re-packing is on and it

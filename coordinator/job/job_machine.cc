@@ -248,7 +248,8 @@ void JobMachine::Tick(absl::Time now, JobEffects* out) {
       plans_.predictions().size() > 0
           ? CalibratedMinGain(options_.auto_options, plans_.predictions())
           : -1.0,
-      speeds_.Warming(roster_, layout_), speeds_.NoiseInflation(roster_, layout_)});
+      speeds_.Warming(roster_, layout_), speeds_.NoiseInflation(roster_, layout_),
+      plans_.CurrentStepTime().value_or(0)});
   for (double s : rebalancer_.TakeDecisionLatencies()) out->decision_latency_s.push_back(s);
   if (!proposal) return;
   absl::StatusOr<dynmo::v1::Plan> issued =
@@ -271,7 +272,7 @@ absl::StatusOr<dynmo::v1::RebalanceResponse> JobMachine::Rebalance(absl::Time no
   dynmo::v1::RebalanceResponse response;
   absl::StatusOr<std::optional<Proposal>> proposal = rebalancer_.DecideNow(
       *model, layout_, roster_.shape().pipeline_size, roster_.shape().data_parallel_size,
-      speeds, response.mutable_detail());
+      speeds, plans_.CurrentStepTime().value_or(0), response.mutable_detail());
   for (double s : rebalancer_.TakeDecisionLatencies()) out->decision_latency_s.push_back(s);
   if (!proposal.ok()) return proposal.status();
   if (!proposal->has_value()) return response;  // issued: false

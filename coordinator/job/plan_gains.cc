@@ -9,6 +9,7 @@ std::optional<PlanGains::Measured> PlanGains::Follow(uint64_t epoch, int64_t app
                                                      double predicted) {
   std::optional<Measured> before = Measure(apply_iteration - windows_.skip);
   following_ = Measured{epoch, apply_iteration, predicted, {}};
+  since_ = apply_iteration + windows_.skip + 1;
   return before;
 }
 
@@ -23,6 +24,7 @@ std::optional<PlanGains::Measured> PlanGains::Due() {
 void PlanGains::Forget() {
   steps_ = core::StepTimes();
   following_.reset();
+  since_ = -1;
 }
 
 std::optional<PlanGains::Measured> PlanGains::Measure(int64_t end) {

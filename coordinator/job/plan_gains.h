@@ -41,6 +41,12 @@ class PlanGains {
     record_.Add(predicted, realized);
   }
   const core::PredictionRecord& record() const { return record_; }
+  // The job's step time on the layout it runs now (core::CurrentStepTime
+  // from the first iteration after the newest plan's switch); nullopt
+  // until enough of them are in.
+  std::optional<double> CurrentStepTime() const {
+    return core::CurrentStepTime(steps_, since_, windows_);
+  }
 
  private:
   // The plan followed, on the step times before iteration `end` (nothing
@@ -50,6 +56,7 @@ class PlanGains {
   core::GainWindows windows_;
   core::StepTimes steps_;
   std::optional<Measured> following_;  // realized unset
+  int64_t since_ = -1;  // the current layout's first measured iteration
   core::PredictionRecord record_;
 };
 

@@ -125,6 +125,8 @@ class PlanLifecycle {
   const char* StateName() const;
   // The newest realized plans' prediction errors and spreads.
   const core::PredictionRecord& predictions() const { return gains_.record(); }
+  // The job's step time on its current layout (PlanGains::CurrentStepTime).
+  std::optional<double> CurrentStepTime() const { return gains_.CurrentStepTime(); }
 
   // ---- Checks, before an event is applied ----
   // FAILED_PRECONDITION while a plan is in flight.

@@ -67,19 +67,27 @@ AutoVerdict EvaluateGain(const AutoOptions& options, const AutoInput& input) {
     v.why = "no predicted gain";
     return v;
   }
-  if (per_mb_gain < options.noise_sigmas * input.gain_noise_s) {
+  const double stage_gain = input.current_stage_s > 0 && input.candidate_stage_s > 0
+                                ? input.current_stage_s - input.candidate_stage_s
+                                : per_mb_gain;
+  if (stage_gain < options.noise_sigmas * input.gain_noise_s) {
     v.why = absl::StrFormat(
         "gain %.3gs per micro-batch within timing noise (%.1f sd of %.3gs)",
-        per_mb_gain, options.noise_sigmas, input.gain_noise_s);
+        stage_gain, options.noise_sigmas, input.gain_noise_s);
     return v;
   }
-  const double relative = per_mb_gain / input.current_bottleneck_s;
-  const double min_gain =
-      input.min_relative_gain >= 0 ? input.min_relative_gain : options.min_relative_gain;
+  // Calibrated, the job's own prediction error bounds the predicted step
+  // time's gain it was measured on; until then the fixed minimum bounds
+  // the slowest stage's, the balancer's objective.
+  const bool calibrated = input.min_relative_gain >= 0;
+  const bool by_stage = !calibrated && input.current_stage_s > 0 && input.candidate_stage_s > 0;
+  const double relative = by_stage ? stage_gain / input.current_stage_s
+                                   : per_mb_gain / input.current_bottleneck_s;
+  const double min_gain = calibrated ? input.min_relative_gain : options.min_relative_gain;
   if (relative < min_gain) {
-    v.why = absl::StrFormat("gain %.2f%% below the %.2f%% threshold%s", 100 * relative,
-                            100 * min_gain,
-                            input.min_relative_gain >= 0 ? " (calibrated)" : "");
+    v.why = absl::StrFormat("%s gain %.2f%% below the %.2f%% threshold%s",
+                            by_stage ? "slowest stage's" : "step time's", 100 * relative,
+                            100 * min_gain, calibrated ? " (calibrated)" : "");
     return v;
   }
   if (horizon <= 0) {

@@ -97,8 +97,9 @@ struct AutoOptions {
   int horizon_iterations = 200;           // how long a gain is counted
   double bandwidth_bytes_per_s = 10e9;    // migration link
   double payback_margin = 2.0;            // gain must be >= margin * cost
-  // and >= this share of the bottleneck — until the job's own plans have
-  // been measured: then the job's prediction error (CalibratedMinGain)
+  // and >= this share of the slowest stage's time — until the job's own
+  // plans have been measured: then the predicted step time's gain must be
+  // >= the job's prediction error (CalibratedMinGain)
   double min_relative_gain = 0.05;
   // The calibrated minimum gain stays within [floor, cap].
   double calibrated_min_gain_floor = 0.02;
@@ -122,8 +123,10 @@ struct AutoOptions {
 };
 
 struct AutoInput {
-  double current_bottleneck_s = 0;    // per micro-batch
-  double candidate_bottleneck_s = 0;  // per micro-batch
+  // The job's step time per micro-batch now and under the candidate
+  // (Decision's previous_ / predicted_bottleneck_s): the gain weighed.
+  double current_bottleneck_s = 0;
+  double candidate_bottleneck_s = 0;
   int64_t migration_bytes = 0;
   int microbatches = 1;
   double gain_noise_s = 0;  // sd of the per-micro-batch gain (cost_noise.h)
@@ -135,6 +138,11 @@ struct AutoInput {
   int64_t iterations_left = -1;
   // The job's minimum relative gain (CalibratedMinGain); < 0: the options'.
   double min_relative_gain = -1;
+  // The slowest stage's seconds per micro-batch now and under the
+  // candidate (Decision's previous_ / predicted_stage_s), whose difference
+  // is what gain_noise_s is the noise of; 0: the two above.
+  double current_stage_s = 0;
+  double candidate_stage_s = 0;
 };
 
 struct AutoVerdict {
@@ -142,7 +150,7 @@ struct AutoVerdict {
   double gain_s = 0;       // saved over the horizon
   double migration_s = 0;  // predicted cost of moving the layers
   double gain_per_iteration_s = 0;  // predicted, per iteration
-  double iteration_s = 0;  // the bottleneck's work of one iteration, now
+  double iteration_s = 0;  // the job's predicted step time, now
   bool releases_gpus = false;  // pays back in GPUs: (d) does not apply
   std::string why;
 };

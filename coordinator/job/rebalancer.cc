@@ -96,7 +96,7 @@ std::optional<Proposal> Rebalancer::Consider(const RebalanceContext& context) {
   const std::vector<double> layer_noise = context.profile.LayerNoise();
   absl::StatusOr<Decision> d =
       Decide(context.model, context.layout, context.full_stages, context.data_parallel,
-             context.rank_speeds,
+             context.rank_speeds, context.measured_iteration_s,
              std::min(auto_options_.max_near_tie,
                       auto_options_.near_tie_sigmas *
                           core::StageRelativeNoise(context.model, layer_noise)));
@@ -128,6 +128,8 @@ bool Rebalancer::AutoGatePasses(const RebalanceContext& context, const Decision&
   AutoInput ai;
   ai.current_bottleneck_s = d.previous_bottleneck_s;
   ai.candidate_bottleneck_s = d.predicted_bottleneck_s;
+  ai.current_stage_s = d.previous_stage_s;
+  ai.candidate_stage_s = d.predicted_stage_s;
   ai.migration_bytes = d.migration_bytes;
   ai.microbatches = context.layout.microbatches;
   ai.releases_gpus = !d.released_stages.empty();
@@ -161,6 +163,7 @@ absl::StatusOr<Decision> Rebalancer::Decide(const core::PipelineModel& model,
                                             const JobLayout& layout,
                                             int full_stages, int data_parallel,
                                             const std::vector<double>& rank_speeds,
+                                            double measured_iteration_s,
                                             double near_tie) {
   const auto start = std::chrono::steady_clock::now();
   DecisionInput in;
@@ -175,6 +178,7 @@ absl::StatusOr<Decision> Rebalancer::Decide(const core::PipelineModel& model,
   in.data_parallel_spec = auto_options_.data_parallel;
   in.rank_speeds = rank_speeds;
   in.near_tie = near_tie;
+  in.measured_iteration_s = measured_iteration_s;
   absl::StatusOr<Decision> d = service::Decide(in);
   latencies_s_.push_back(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
@@ -183,8 +187,10 @@ absl::StatusOr<Decision> Rebalancer::Decide(const core::PipelineModel& model,
 
 absl::StatusOr<std::optional<Proposal>> Rebalancer::DecideNow(
     const core::PipelineModel& model, const JobLayout& layout, int full_stages,
-    int data_parallel, const std::vector<double>& rank_speeds, std::string* detail) {
-  absl::StatusOr<Decision> d = Decide(model, layout, full_stages, data_parallel, rank_speeds);
+    int data_parallel, const std::vector<double>& rank_speeds, double measured_iteration_s,
+    std::string* detail) {
+  absl::StatusOr<Decision> d =
+      Decide(model, layout, full_stages, data_parallel, rank_speeds, measured_iteration_s);
   if (!d.ok()) return d.status();
   if (!d->changes_layout) {
     *detail = absl::StrCat("layout already optimal for balancer ",

@@ -66,6 +66,9 @@ struct RebalanceContext {
   // noisiest rank (JobSpeeds::NoiseInflation, >= 1): the auto gate's gain
   // noise is priced with the layers' deviations times its square root.
   double noise_inflation = 1;
+  // The job's step time on the current layout, measured
+  // (DecisionInput::measured_iteration_s); 0 = not known yet.
+  double measured_iteration_s = 0;
 };
 
 // A decision to issue, with the plan's reason.
@@ -117,7 +120,7 @@ class Rebalancer {
   absl::StatusOr<std::optional<Proposal>> DecideNow(
       const core::PipelineModel& model, const JobLayout& layout,
       int full_stages, int data_parallel, const std::vector<double>& rank_speeds,
-      std::string* detail);
+      double measured_iteration_s, std::string* detail);
   // A plan was issued: the auto trigger's cool-down starts.
   void OnPlanIssued();
   // The wall time of each balancer run since the last call, in seconds.
@@ -132,7 +135,7 @@ class Rebalancer {
   absl::StatusOr<Decision> Decide(const core::PipelineModel& model,
                                   const JobLayout& layout, int full_stages,
                                   int data_parallel, const std::vector<double>& rank_speeds,
-                                  double near_tie = 0);
+                                  double measured_iteration_s, double near_tie = 0);
   // `layer_noise`: the profile's LayerNoise(), read once per evaluation
   // (a copy: scaled by the job's noise inflation here).
   bool AutoGatePasses(const RebalanceContext& context, const Decision& d,

@@ -82,6 +82,29 @@ TEST(RealizedGainTest, TheJobsFirstIterationsAreNeverMeasured) {
       << "without a warm-up the window reaches back to 100";
 }
 
+TEST(CurrentStepTimeTest, TheNewestStepsOnTheLayoutSinceItsSwitch) {
+  StepTimes steps;
+  const GainWindows w;  // before 8, warm-up 2, at least 3
+  EXPECT_FALSE(CurrentStepTime(steps, -1, w).has_value());
+  steps.Add(0, 9.0);  // warm-up
+  steps.Add(1, 9.0);
+  steps.Add(2, 2.0);
+  steps.Add(3, 2.0);
+  EXPECT_FALSE(CurrentStepTime(steps, -1, w).has_value()) << "two after the warm-up";
+  steps.Add(4, 2.2);
+  EXPECT_DOUBLE_EQ(*CurrentStepTime(steps, -1, w), 2.0);
+  // A plan switched at 20 (since 22): only the steps from 22 on count.
+  for (int64_t i = 5; i < 22; ++i) steps.Add(i, 2.0);
+  steps.Add(22, 1.5);
+  steps.Add(23, 1.5);
+  EXPECT_FALSE(CurrentStepTime(steps, 22, w).has_value());
+  steps.Add(24, 1.6);
+  EXPECT_DOUBLE_EQ(*CurrentStepTime(steps, 22, w), 1.5);
+  // Of many, the newest eight.
+  for (int64_t i = 25; i < 40; ++i) steps.Add(i, i < 32 ? 1.5 : 1.2);
+  EXPECT_DOUBLE_EQ(*CurrentStepTime(steps, 22, w), 1.2);
+}
+
 TEST(PredictionRecordTest, TheMedianShortfallAndSpreadOfTheNewestPlans) {
   PredictionRecord record(/*capacity=*/3);
   EXPECT_FALSE(record.MedianShortfall().has_value());

@@ -54,6 +54,9 @@ dynmo::v1::RegisterRequest Reg(int rank) {
   r.set_host("host");
   r.set_device(rank);
   r.set_memory_capacity_bytes(1LL << 34);
+  // A pipeline's micro-batches: the auto gate prices the step time of the
+  // schedule, which one micro-batch would leave no re-balance to gain.
+  r.set_microbatches(8);
   return r;
 }
 

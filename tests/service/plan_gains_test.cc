@@ -35,6 +35,21 @@ TEST(PlanGainsTest, APlanFollowedSoonByTheNextIsMeasuredBeforeThatSwitch) {
   EXPECT_NEAR(m->realized.gain, 0.25, 1e-12);
 }
 
+TEST(PlanGainsTest, TheCurrentStepTimeIsTheApplyingPlansLayoutsOwn) {
+  PlanGains gains;
+  EXPECT_FALSE(gains.CurrentStepTime().has_value());
+  for (int64_t i = 0; i < 20; ++i) gains.AddStep(i, 2.0);
+  EXPECT_DOUBLE_EQ(*gains.CurrentStepTime(), 2.0);
+  gains.Follow(1, 20, 0.25);
+  for (int64_t i = 20; i < 23; ++i) gains.AddStep(i, 1.6);
+  EXPECT_FALSE(gains.CurrentStepTime().has_value()) << "22 alone since the switch";
+  gains.AddStep(23, 1.6);
+  gains.AddStep(24, 1.6);
+  EXPECT_DOUBLE_EQ(*gains.CurrentStepTime(), 1.6);
+  gains.Forget();
+  EXPECT_FALSE(gains.CurrentStepTime().has_value());
+}
+
 TEST(PlanGainsTest, TooFewStepTimesOrAResumeMeasureNothing) {
   PlanGains gains;
   gains.Follow(1, 20, 0.25);  // no step times at all (a trainer without them)

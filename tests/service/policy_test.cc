@@ -91,6 +91,47 @@ TEST(EvaluateAutoTest, SmallRelativeGainIsRefusedEvenWhenFree) {
   EXPECT_FALSE(EvaluateAuto(o, in).pays_back);
 }
 
+// Until the job's plans are measured the fixed minimum bounds the slowest
+// stage's gain (the balancer's objective); calibrated, the job's error
+// bounds the predicted step time's gain, the quantity it was measured on.
+TEST(EvaluateAutoTest, TheMinimumBoundsTheStageUntilCalibratedThenTheStepTime) {
+  AutoOptions o;  // min gain 5%
+  AutoInput in{/*current=*/0.100, /*candidate=*/0.096, /*migration_bytes=*/0, 8};  // 4%
+  in.current_stage_s = 0.080;
+  in.candidate_stage_s = 0.072;  // 10% off the slowest stage
+  AutoVerdict v = EvaluateAuto(o, in);
+  EXPECT_TRUE(v.pays_back) << v.why;
+  in.candidate_stage_s = 0.0784;  // 2%
+  v = EvaluateAuto(o, in);
+  EXPECT_FALSE(v.pays_back);
+  EXPECT_NE(v.why.find("slowest stage's gain 2.00% below the 5.00%"), std::string::npos)
+      << v.why;
+  in.candidate_stage_s = 0.072;
+  in.min_relative_gain = 0.045;  // the job's plans missed by 4.5 points
+  v = EvaluateAuto(o, in);
+  EXPECT_FALSE(v.pays_back);
+  EXPECT_NE(v.why.find("step time's gain 4.00% below the 4.50% threshold (calibrated)"),
+            std::string::npos)
+      << v.why;
+  in.min_relative_gain = 0.03;
+  EXPECT_TRUE(EvaluateAuto(o, in).pays_back);
+}
+
+// The noise test weighs the slowest stage's gain, whose noise gain_noise_s
+// is: a step-time gain diluted by the fill and drain is no noisier.
+TEST(EvaluateAutoTest, TheNoiseTestWeighsTheSlowestStage) {
+  AutoOptions o;  // 3 sd
+  AutoInput in{/*current=*/0.100, /*candidate=*/0.090, /*migration_bytes=*/0, 8};
+  in.current_stage_s = 0.080;
+  in.candidate_stage_s = 0.068;  // 12 ms
+  in.gain_noise_s = 0.0035;      // 3 sd = 10.5 ms: the stage's 12 ms passes
+  EXPECT_TRUE(EvaluateAuto(o, in).pays_back) << EvaluateAuto(o, in).why;
+  in.candidate_stage_s = 0.071;  // 9 ms, within the noise
+  const AutoVerdict v = EvaluateAuto(o, in);
+  EXPECT_FALSE(v.pays_back);
+  EXPECT_NE(v.why.find("within timing noise"), std::string::npos) << v.why;
+}
+
 TEST(AutoGateTest, NeedsConsecutiveConfirmationsAndHonoursCooldown) {
   AutoOptions o;
   o.confirmations = 3;
