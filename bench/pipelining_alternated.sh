@@ -107,14 +107,18 @@ for a in others:
           f"highest {max(ratio[a]):.3f})")
 print(f"D0's losses identical to S's in every round: {same}")
 print()
-print("| run | epoch | at iteration | predicted gain | realized gain | error (points) | spread |")
-print("|---|---|---|---|---|---|---|")
-errors = []
+print("| run | epoch | at iteration | predicted gain | realized gain | error (points) | spread | model changed inside |")
+print("|---|---|---|---|---|---|---|---|")
+errors, across = [], []
 for run, e in gains:
-    errors.append(abs(e["error"]) * 100)
+    changed = e.get("model_changed") == "true"
+    (across if changed else errors).append(abs(e["error"]) * 100)
     print(f"| {run} | {e['epoch']:.0f} | {e['apply_iteration']:.0f} | {e['predicted_gain']:+.1%} | "
-          f"{e['realized_gain']:+.1%} | {e['error'] * 100:+.1f} | {e['spread']:.1%} |")
+          f"{e['realized_gain']:+.1%} | {e['error'] * 100:+.1f} | {e['spread']:.1%} | "
+          f"{'yes' if changed else 'no'} |")
 print("median absolute prediction error: "
       + (f"{statistics.median(errors):.1f} points over {len(errors)} plans" if errors
-         else "no plan measured"))
+         else "no plan measured across no model change")
+      + (f"; {len(across)} more measured across a model change (median "
+         f"{statistics.median(across):.1f} points), not counted" if across else ""))
 PY

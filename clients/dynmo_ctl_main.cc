@@ -145,10 +145,12 @@ void PrintJobsTable(const v1::ListJobsResponse& r) {
   }
 }
 
-// A plan's realized gain as a percentage, "-" until it was measured.
+// A plan's realized gain as a percentage, "-" until it was measured; "*"
+// when the model changed inside the measurement.
 std::string Realized(const v1::PlanRecord& h) {
   if (h.realized_samples() <= 0) return "-";
-  return absl::StrFormat("%+.1f%%", 100 * h.realized_gain());
+  return absl::StrFormat("%+.1f%%%s", 100 * h.realized_gain(),
+                         h.realized_model_changed() ? "*" : "");
 }
 
 void PrintPlans(const v1::JobStatus& st) {
@@ -185,14 +187,23 @@ void PrintJob(const v1::JobStatus& st) {
               s.plan_state().c_str());
   // How well the plans kept their word (the auto gate's calibration).
   std::vector<double> errors;
+  int across_change = 0;
   for (const auto& h : st.history()) {
-    if (h.realized_samples() > 0) {
+    if (h.realized_samples() <= 0) continue;
+    if (h.realized_model_changed()) {
+      ++across_change;
+    } else {
       errors.push_back(std::fabs(h.realized_gain() - h.predicted_gain()));
     }
   }
   if (!errors.empty()) {
     std::printf("predictions    %zu plans measured, median error %.1f points\n",
                 errors.size(), 100 * core::Median(errors));
+  }
+  if (across_change > 0) {
+    std::printf("               %d more measured across a model change (* in plans), "
+                "not counted\n",
+                across_change);
   }
   std::printf("iteration      %lld (%lld reports)\n",
               static_cast<long long>(s.last_iteration()),

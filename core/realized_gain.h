@@ -69,6 +69,10 @@ struct RealizedGain {
   double spread = 0;
   int samples_before = 0;
   int samples_after = 0;
+  // The model changed between the first iteration measured and the last
+  // (set by the caller, who knows the changes): the gain holds that change
+  // too, not only the plan's.
+  bool model_changed = false;
 };
 
 // The first iteration after which the after-window of a plan applied at

@@ -55,8 +55,10 @@ struct JobEffects {
   // Plans whose realized gain was measured (plan_lifecycle.h).
   struct PlanGain {
     uint64_t epoch = 0;
-    double predicted = 0;  // previous / predicted bottleneck - 1
+    double predicted = 0;  // previous / predicted step time - 1
     double realized = 0;   // before / after step time - 1
+    // The model changed inside the measurement: not the model's error.
+    bool model_changed = false;
   };
   std::vector<PlanGain> gains;
   bool measures_changed = false;           // the measures were refreshed

@@ -176,6 +176,7 @@ void JobMachine::ApplyReport(int rank, const dynmo::v1::IterationReport& report,
                   options_.noise_smoothing, speed.rebase);
   roster_.RecordReport(rank, report, active);
   rebalancer_.OnReport(report.iteration(), report.model_changed() || speed.speed_moved);
+  if (report.model_changed()) plans_.OnModelChange(rank, report.iteration());
   ++reports_;
   ++out->reports;
   Carry(plans_.OnReport(rank, report.iteration(), report.applied_epoch(),

@@ -115,6 +115,7 @@ struct ReplayedPlan {
   double realized_gain = 0;
   double realized_spread = 0;
   int realized_samples = 0;
+  bool realized_model_changed = false;  // PlanRecord's: not the model's error
 };
 
 struct JobReplayResult {

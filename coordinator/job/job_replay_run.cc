@@ -292,6 +292,7 @@ absl::StatusOr<JobReplayResult> Replay::Run() {
     p->realized_gain = h.realized_gain();
     p->realized_spread = h.realized_spread();
     p->realized_samples = h.realized_samples();
+    p->realized_model_changed = h.realized_model_changed();
   }
   result_.final_boundaries = grid_.boundaries;
   result_.final_active_stages = grid_.active_stages;

@@ -21,10 +21,19 @@ std::optional<PlanGains::Measured> PlanGains::Due() {
   return Measure(std::numeric_limits<int64_t>::max());
 }
 
+void PlanGains::NoteModelChange(int64_t iteration) {
+  if (!changes_.empty() && changes_.back() == iteration) return;
+  changes_.push_back(iteration);
+  std::sort(changes_.begin(), changes_.end());
+  constexpr size_t kKept = 64;  // far more than a window's iterations
+  while (changes_.size() > kKept) changes_.pop_front();
+}
+
 void PlanGains::Forget() {
   steps_ = core::StepTimes();
   following_.reset();
   since_ = -1;
+  changes_.clear();
 }
 
 std::optional<PlanGains::Measured> PlanGains::Measure(int64_t end) {
@@ -38,7 +47,19 @@ std::optional<PlanGains::Measured> PlanGains::Measure(int64_t end) {
       core::MeasureRealizedGain(steps_, m.apply_iteration, windows);
   if (!g) return std::nullopt;
   m.realized = *g;
-  record_.Add(m.predicted, *g);
+  // The windows span [first, last]: a change after the first iteration
+  // measured and up to the last is in the measurement.
+  const int64_t first = m.apply_iteration - windows.skip - windows.before;
+  const int64_t last = first_after + windows.after - 1;
+  m.realized.model_changed = std::any_of(changes_.begin(), changes_.end(), [&](int64_t c) {
+    return c > first && c <= last;
+  });
+  // Across a change the gate still learns of a miss (it tightens on an
+  // uncertain shortfall, which is safe) but not of a delivery (loosening
+  // on a gain the model's change may have brought is not).
+  if (!m.realized.model_changed || m.realized.gain < m.predicted) {
+    record_.Add(m.predicted, m.realized);
+  }
   return m;
 }
 

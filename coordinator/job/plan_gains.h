@@ -9,6 +9,7 @@
 #define DYNMO_COORDINATOR_JOB_PLAN_GAINS_H_
 
 #include <cstdint>
+#include <deque>
 #include <limits>
 #include <optional>
 
@@ -27,6 +28,13 @@ class PlanGains {
 
   // A participant's step time (0 or bad values are ignored).
   void AddStep(int64_t iteration, double seconds) { steps_.Add(iteration, seconds); }
+  // A participant reported the model changed at `iteration`. A plan whose
+  // windows hold such an iteration past their first is measured with
+  // RealizedGain::model_changed set (its realized gain holds the model's
+  // change as well as its own) and enters the record only when it fell
+  // short of its prediction: an uncertain miss may tighten the auto gate,
+  // an uncertain delivery does not loosen it.
+  void NoteModelChange(int64_t iteration);
   // Follows the plan `epoch` applied at `apply_iteration`, predicted to gain
   // `predicted`. The plan followed before is measured now, on the
   // iterations before this one's switch.
@@ -57,6 +65,7 @@ class PlanGains {
   core::StepTimes steps_;
   std::optional<Measured> following_;  // realized unset
   int64_t since_ = -1;  // the current layout's first measured iteration
+  std::deque<int64_t> changes_;  // the newest model-change iterations, ascending
   core::PredictionRecord record_;
 };
 

@@ -64,6 +64,8 @@ bool PlanLifecycle::Restore(const dynmo::v1::JobRecord& record, absl::Time now) 
   TrimHistory();
   for (const dynmo::v1::PlanRecord& h : history_) {
     if (h.realized_samples() <= 0) continue;
+    // As PlanGains records: across a model change, only a shortfall.
+    if (h.realized_model_changed() && !(h.realized_gain() < h.predicted_gain())) continue;
     core::RealizedGain g;
     g.gain = h.realized_gain();
     g.spread = h.realized_spread();
@@ -230,6 +232,10 @@ PlanReady PlanLifecycle::OnRegistered(const dynmo::v1::RegisterRequest& request,
   return {};
 }
 
+void PlanLifecycle::OnModelChange(int rank, int64_t iteration) {
+  if (roster_->Participates(rank, layout_->active_stages)) gains_.NoteModelChange(iteration);
+}
+
 PlanReady PlanLifecycle::OnReport(int rank, int64_t iteration,
                                   uint64_t applied_epoch, double iteration_s,
                                   absl::Time now) {
@@ -318,9 +324,10 @@ PlanReady PlanLifecycle::Realized(const std::optional<PlanGains::Measured>& meas
     h.set_realized_gain(g->gain);
     h.set_realized_spread(g->spread);
     h.set_realized_samples(g->samples_after);
+    h.set_realized_model_changed(g->model_changed);
   }
   ready.persist = Persist::kSettled;
-  ready.effects.gains.push_back({r.epoch, r.predicted, g->gain});
+  ready.effects.gains.push_back({r.epoch, r.predicted, g->gain, g->model_changed});
   Log(options_.event_level, "plan_realized",
       {{"job", options_.job},
        {"epoch", r.epoch},
@@ -332,7 +339,8 @@ PlanReady PlanLifecycle::Realized(const std::optional<PlanGains::Measured>& meas
        {"after_s", g->after_s},
        {"spread", g->spread},
        {"iterations_before", g->samples_before},
-       {"iterations_after", g->samples_after}},
+       {"iterations_after", g->samples_after},
+       {"model_changed", g->model_changed}},
       &ready.effects);
   return ready;
 }

@@ -153,6 +153,9 @@ class PlanLifecycle {
   // `iteration_s` wall seconds (0: not measured).
   PlanReady OnReport(int rank, int64_t iteration, uint64_t applied_epoch,
                      double iteration_s, absl::Time now);
+  // The rank's report of `iteration` says the model changed there: the
+  // plans measured across it are marked (PlanGains::NoteModelChange).
+  void OnModelChange(int rank, int64_t iteration);
   // A rank registers (again), before the roster takes it: its epochs
   // against the job's (adoption). A rank back from older state than the
   // applied plan — applied and pending epoch both older, at another layout:

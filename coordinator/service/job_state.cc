@@ -42,7 +42,9 @@ void JobState::CarryLocked(JobEffects& fx, Delivery* delivery) {
     for (int i = 0; i < fx.plans_aborted; ++i) metrics_->PlanAborted();
     for (int i = 0; i < fx.plans_applied; ++i) metrics_->PlanApplied();
     if (fx.migrated_bytes > 0) metrics_->Migrated(fx.migrated_bytes);
-    for (const JobEffects::PlanGain& g : fx.gains) metrics_->PlanGain(g.predicted, g.realized);
+    for (const JobEffects::PlanGain& g : fx.gains) {
+      metrics_->PlanGain(g.predicted, g.realized, g.model_changed);
+    }
   }
   if (fx.measures_changed || fx.plans_applied > 0) PublishMeasuresLocked();
   if (fx.speeds_changed && metrics_ != nullptr) {

@@ -140,10 +140,10 @@ JobMetrics::JobMetrics(CoordinatorMetrics* owner, const std::string& job)
   realized_gain_ = &owner->realized_gain_->Add({{"job", job}});
 }
 
-void JobMetrics::PlanGain(double predicted, double realized) {
+void JobMetrics::PlanGain(double predicted, double realized, bool model_changed) {
   predicted_gain_->Set(predicted);
   realized_gain_->Set(realized);
-  owner_->prediction_error_->Observe(realized - predicted);
+  if (!model_changed) owner_->prediction_error_->Observe(realized - predicted);
 }
 
 JobMetrics::~JobMetrics() {

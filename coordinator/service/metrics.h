@@ -50,7 +50,9 @@ class JobMetrics {
   void Report() { reports_->Increment(); }
   // A plan's predicted and realized gain (plan_lifecycle.h): the newest
   // plan's in two gauges, the error in the coordinator's histogram.
-  void PlanGain(double predicted, double realized);
+  // A plan's measured gain; the prediction-error histogram leaves out one
+  // whose measurement held a model change.
+  void PlanGain(double predicted, double realized, bool model_changed);
 
  private:
   CoordinatorMetrics* owner_;

@@ -108,11 +108,14 @@ nlohmann::ordered_json JobReplayToJson(const service::JobReplayResult& r,
                                            ? nlohmann::ordered_json(p.realized_gain)
                                            : nlohmann::ordered_json(nullptr)},
                      {"realized_spread", p.realized_spread},
-                     {"realized_samples", p.realized_samples}});
-    if (p.realized_samples > 0) errors.push_back(std::abs(p.predicted_gain - p.realized_gain));
+                     {"realized_samples", p.realized_samples},
+                     {"realized_model_changed", p.realized_model_changed}});
+    if (p.realized_samples > 0 && !p.realized_model_changed) {
+      errors.push_back(std::abs(p.predicted_gain - p.realized_gain));
+    }
   }
-  // The median |predicted - realized| over the plans measured (points of
-  // gain); null when none was.
+  // The median |predicted - realized| over the plans measured across no
+  // model change (points of gain); null when none was.
   j["median_prediction_error"] =
       errors.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(core::Median(errors));
   j["decisions"] = r.plans.size();  // plans issued
@@ -157,9 +160,12 @@ nlohmann::ordered_json ReplayTimeline(const service::JobReplayResult& r,
         {"outcome", p.outcome},
         {"predicted_gain", absl::StrFormat("%+.1f%%", 100 * p.predicted_gain)},
         {"realized_gain", p.realized_samples > 0
-                              ? absl::StrFormat("%+.1f%% (spread %.1f%%, %d iterations)",
+                              ? absl::StrFormat("%+.1f%% (spread %.1f%%, %d iterations%s)",
                                                 100 * p.realized_gain, 100 * p.realized_spread,
-                                                p.realized_samples)
+                                                p.realized_samples,
+                                                p.realized_model_changed
+                                                    ? ", the model changed inside"
+                                                    : "")
                               : std::string("not measured")}};
     marks.push_back({"DynMo", p.decided_iteration,
                      absl::StrCat("plan ", p.epoch, " decided"), args});

@@ -1,5 +1,8 @@
 #include "coordinator/job/plan_gains.h"
 
+#include <utility>
+#include <vector>
+
 #include "gtest/gtest.h"
 
 namespace dynmo::service {
@@ -48,6 +51,41 @@ TEST(PlanGainsTest, TheCurrentStepTimeIsTheApplyingPlansLayoutsOwn) {
   EXPECT_DOUBLE_EQ(*gains.CurrentStepTime(), 1.6);
   gains.Forget();
   EXPECT_FALSE(gains.CurrentStepTime().has_value());
+}
+
+// A freeze at 19 makes the steps after a plan applied at 20 faster by
+// itself: the measurement (+25% against +20% predicted) is shown, marked,
+// and kept out of the record the gate calibrates by. A change before the
+// first iteration measured, or after the last, leaves the plan's
+// measurement its own.
+TEST(PlanGainsTest, AModelChangeInsideTheWindowsMarksTheMeasurement) {
+  for (const auto& [change, marked] :
+       std::vector<std::pair<int64_t, bool>>{{19, true}, {12, true}, {11, false}, {29, true},
+                                             {30, false}}) {
+    PlanGains gains;
+    for (int64_t i = 0; i < 20; ++i) gains.AddStep(i, 2.0);
+    gains.NoteModelChange(change);
+    gains.Follow(1, 20, 0.20);
+    for (int64_t i = 20; i < 30; ++i) gains.AddStep(i, 1.6);
+    const std::optional<PlanGains::Measured> m = gains.Due();
+    ASSERT_TRUE(m.has_value()) << change;
+    EXPECT_EQ(m->realized.model_changed, marked) << change;
+    EXPECT_EQ(gains.record().size(), marked ? 0 : 1) << change;
+  }
+}
+
+// A plan that fell short across a change still tightens the gate.
+TEST(PlanGainsTest, AShortfallAcrossAModelChangeIsStillRecorded) {
+  PlanGains gains;
+  for (int64_t i = 0; i < 20; ++i) gains.AddStep(i, 2.0);
+  gains.NoteModelChange(24);
+  gains.Follow(1, 20, 0.50);  // +50% predicted, +25% delivered
+  for (int64_t i = 20; i < 30; ++i) gains.AddStep(i, 1.6);
+  const std::optional<PlanGains::Measured> m = gains.Due();
+  ASSERT_TRUE(m.has_value());
+  EXPECT_TRUE(m->realized.model_changed);
+  ASSERT_EQ(gains.record().size(), 1);
+  EXPECT_NEAR(*gains.record().MedianShortfall(), 0.25, 1e-12);
 }
 
 TEST(PlanGainsTest, TooFewStepTimesOrAResumeMeasureNothing) {
