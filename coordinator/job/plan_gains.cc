@@ -54,13 +54,15 @@ std::optional<PlanGains::Measured> PlanGains::Measure(int64_t end) {
   m.realized.model_changed = std::any_of(changes_.begin(), changes_.end(), [&](int64_t c) {
     return c > first && c <= last;
   });
+  Record(m.predicted, m.realized);
+  return m;
+}
+
+void PlanGains::Record(double predicted, const core::RealizedGain& realized) {
   // Across a change the gate still learns of a miss (it tightens on an
   // uncertain shortfall, which is safe) but not of a delivery (loosening
   // on a gain the model's change may have brought is not).
-  if (!m.realized.model_changed || m.realized.gain < m.predicted) {
-    record_.Add(m.predicted, m.realized);
-  }
-  return m;
+  if (!realized.model_changed || realized.gain < predicted) record_.Add(predicted, realized);
 }
 
 }  // namespace dynmo::service

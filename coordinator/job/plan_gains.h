@@ -44,9 +44,9 @@ class PlanGains {
   // The job restarted from older state: step times and the plan followed
   // say nothing about what runs now.
   void Forget();
-  // A plan measured before (a restored record).
+  // A plan measured before (a restored record), recorded by the same rule.
   void Restore(double predicted, const core::RealizedGain& realized) {
-    record_.Add(predicted, realized);
+    Record(predicted, realized);
   }
   const core::PredictionRecord& record() const { return record_; }
   // The job's step time on the layout it runs now (core::CurrentStepTime
@@ -60,6 +60,9 @@ class PlanGains {
   // The plan followed, on the step times before iteration `end` (nothing
   // when too few were reported); it is followed no more.
   std::optional<Measured> Measure(int64_t end);
+  // Adds a measurement to the record: one across a model change only when
+  // it fell short of its prediction (NoteModelChange).
+  void Record(double predicted, const core::RealizedGain& realized);
 
   core::GainWindows windows_;
   core::StepTimes steps_;

@@ -64,11 +64,10 @@ bool PlanLifecycle::Restore(const dynmo::v1::JobRecord& record, absl::Time now) 
   TrimHistory();
   for (const dynmo::v1::PlanRecord& h : history_) {
     if (h.realized_samples() <= 0) continue;
-    // As PlanGains records: across a model change, only a shortfall.
-    if (h.realized_model_changed() && !(h.realized_gain() < h.predicted_gain())) continue;
     core::RealizedGain g;
     g.gain = h.realized_gain();
     g.spread = h.realized_spread();
+    g.model_changed = h.realized_model_changed();
     gains_.Restore(h.predicted_gain(), g);
   }
   in_flight_.reset();

@@ -67,9 +67,9 @@ AutoVerdict EvaluateGain(const AutoOptions& options, const AutoInput& input) {
     v.why = "no predicted gain";
     return v;
   }
-  const double stage_gain = input.current_stage_s > 0 && input.candidate_stage_s > 0
-                                ? input.current_stage_s - input.candidate_stage_s
-                                : per_mb_gain;
+  const bool has_stage = input.current_stage_s > 0 && input.candidate_stage_s > 0;
+  const double stage_gain =
+      has_stage ? input.current_stage_s - input.candidate_stage_s : per_mb_gain;
   if (stage_gain < options.noise_sigmas * input.gain_noise_s) {
     v.why = absl::StrFormat(
         "gain %.3gs per micro-batch within timing noise (%.1f sd of %.3gs)",
@@ -80,7 +80,7 @@ AutoVerdict EvaluateGain(const AutoOptions& options, const AutoInput& input) {
   // time's gain it was measured on; until then the fixed minimum bounds
   // the slowest stage's, the balancer's objective.
   const bool calibrated = input.min_relative_gain >= 0;
-  const bool by_stage = !calibrated && input.current_stage_s > 0 && input.candidate_stage_s > 0;
+  const bool by_stage = !calibrated && has_stage;
   const double relative = by_stage ? stage_gain / input.current_stage_s
                                    : per_mb_gain / input.current_bottleneck_s;
   const double min_gain = calibrated ? input.min_relative_gain : options.min_relative_gain;

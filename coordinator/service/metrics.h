@@ -49,9 +49,8 @@ class JobMetrics {
   void Migrated(double bytes) { migrated_->Increment(bytes); }
   void Report() { reports_->Increment(); }
   // A plan's predicted and realized gain (plan_lifecycle.h): the newest
-  // plan's in two gauges, the error in the coordinator's histogram.
-  // A plan's measured gain; the prediction-error histogram leaves out one
-  // whose measurement held a model change.
+  // plan's in two gauges, the error in the coordinator's histogram unless
+  // the measurement held a model change.
   void PlanGain(double predicted, double realized, bool model_changed);
 
  private:
