@@ -2,18 +2,6 @@
 
 namespace dynmo::wire {
 
-core::LayerCost LayerCostFromSample(const dynmo::v1::LayerSample& sample) {
-  core::LayerCost c;
-  c.id = sample.layer();
-  c.fwd_s = sample.fwd_s();
-  c.bwd_s = sample.bwd_s();
-  c.wgrad_s = sample.wgrad_s();
-  c.params = sample.params();
-  c.resident_bytes = sample.resident_bytes();
-  c.activation_bytes = sample.activation_bytes();
-  return c;
-}
-
 void LayerCostToSample(const core::LayerCost& cost, dynmo::v1::LayerSample* l) {
   l->set_layer(cost.id);
   l->set_fwd_s(cost.fwd_s);

@@ -1,8 +1,8 @@
-// One measured layer between the decision core (core::LayerCost) and the
+// One measured layer from the decision core (core::LayerCost) onto the
 // wire (dynmo.v1.LayerSample): the agent encodes its reports with it, the
-// coordinator decodes them and encodes the layers of a JobStatus. Field for
-// field, nothing checked here (the agent checks what it sends, the
-// coordinator's validation.h what it receives). Pure; thread-safe.
+// coordinator the layers of a JobStatus. Field for field, nothing checked
+// here (the agent checks what it sends). The way back, checked, is
+// report_codec.h's ReadReport. Pure; thread-safe.
 #ifndef DYNMO_WIRE_LAYER_CODEC_H_
 #define DYNMO_WIRE_LAYER_CODEC_H_
 
@@ -11,8 +11,7 @@
 
 namespace dynmo::wire {
 
-// id = the sample's layer.
-core::LayerCost LayerCostFromSample(const dynmo::v1::LayerSample& sample);
+// The sample's layer = cost.id.
 void LayerCostToSample(const core::LayerCost& cost, dynmo::v1::LayerSample* sample);
 dynmo::v1::LayerSample LayerSampleFromCost(const core::LayerCost& cost);
 

@@ -8,7 +8,6 @@
 #include "absl/strings/str_cat.h"
 #include "coordinator/job/proto_convert.h"
 #include "coordinator/job/upstream_checks.h"
-#include "wire/layer_codec.h"
 
 namespace dynmo::service {
 namespace {
@@ -64,6 +63,7 @@ JobMachine::JobMachine(const dynmo::v1::JobRecord& record,
   rebalancer_.SetPolicy(PolicyFromProto(record.policy(), options.default_policy)
                             .value_or(options.default_policy));
   roster_.Restore(record);
+  roster_.RestoreProgress(record.progress().last_iteration());
   rebalancer_.RestoreProgress(record.progress());
   reports_ = record.progress().reports();
   out->measures_changed = record.progress().stage_load_s_size() > 0;
@@ -135,54 +135,52 @@ void JobMachine::Detach(absl::Span<const int> ranks, const SessionSink* sink) {
 
 absl::Status JobMachine::OnUpstream(absl::Span<const UpstreamMessage> messages,
                                     absl::Time now, JobEffects* out) {
-  for (const UpstreamMessage& m : messages) {
-    if (absl::Status s = CheckUpstream(Parts(), m, options_.iteration_window); !s.ok()) {
+  // Every message is checked, and each report's layers read, before any is
+  // applied.
+  std::vector<std::vector<core::LayerCost>> read(messages.size());
+  for (size_t i = 0; i < messages.size(); ++i) {
+    if (absl::Status s = CheckUpstream(Parts(), messages[i], options_.iteration_window, &read[i]);
+        !s.ok()) {
       return s;
     }
   }
-  for (const UpstreamMessage& m : messages) {
-    if (m.report != nullptr) {
-      ApplyReport(m.rank, *m.report, now, out);
-    } else {
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const UpstreamMessage& m = messages[i];
+    if (m.ack != nullptr) {
       roster_.RecordAck(m.rank, m.ack->iteration());
       Carry(plans_.OnAck(m.rank, *m.ack, now), now, out).IgnoreError();  // a commit's own
+      continue;
     }
+    const dynmo::v1::IterationReport& report = *m.report;
+    const RosterRank& r = roster_.at(m.rank);
+    // A released stage holds no layers any more: its stragglers are ignored.
+    const bool active = RankRoster::IsActiveStage(layout_.active_stages, r.pipeline_rank);
+    std::vector<core::LayerCost>& layers = read[i];
+    JobSpeeds::Reported speed;
+    if (active) {
+      speed = speeds_.OnReport(m.rank, report, layers, layout_.microbatches, out);
+    } else {
+      layers.clear();
+    }
+    // A layer measured t on a rank of speed s costs t * s at speed 1.
+    for (core::LayerCost& cost : layers) {
+      cost.fwd_s *= speed.speed;
+      cost.bwd_s *= speed.speed;
+      cost.wgrad_s *= speed.speed;
+      profile_.Add(r.data_parallel_rank, cost, speed.rebase).IgnoreError();
+    }
+    speeds_.OnStage(m.rank, r.data_parallel_rank, layers, profile_, options_.noise_smoothing,
+                    speed.rebase);
+    roster_.RecordReport(m.rank, report, active, report.model_changed() || speed.speed_moved);
+    if (report.model_changed()) plans_.OnModelChange(m.rank, report.iteration());
+    ++reports_;
+    ++out->reports;
+    Carry(plans_.OnReport(m.rank, report.iteration(), report.applied_epoch(),
+                          report.iteration_s(), now),
+          now, out)
+        .IgnoreError();  // never durable-first
   }
   return absl::OkStatus();
-}
-
-void JobMachine::ApplyReport(int rank, const dynmo::v1::IterationReport& report,
-                             absl::Time now, JobEffects* out) {
-  const RosterRank& r = roster_.at(rank);
-  // A released stage holds no layers any more; its stragglers are ignored.
-  const bool active = RankRoster::IsActiveStage(layout_.active_stages, r.pipeline_rank);
-  // The layers as measured (CheckUpstream validated them against the
-  // job's), decoded once; a released stage's are not used.
-  std::vector<core::LayerCost> layers;
-  JobSpeeds::Reported speed;
-  if (active) {
-    layers.reserve(static_cast<size_t>(report.layers_size()));
-    for (const auto& l : report.layers()) layers.push_back(wire::LayerCostFromSample(l));
-    speed = speeds_.OnReport(rank, report, layers, layout_.microbatches, out);
-  }
-  // A layer measured t on a rank of speed s costs t * s at speed 1.
-  for (core::LayerCost& cost : layers) {
-    cost.fwd_s *= speed.speed;
-    cost.bwd_s *= speed.speed;
-    cost.wgrad_s *= speed.speed;
-    profile_.Add(r.data_parallel_rank, cost, speed.rebase).IgnoreError();
-  }
-  speeds_.OnStage(rank, r.data_parallel_rank, layers, profile_,
-                  options_.noise_smoothing, speed.rebase);
-  roster_.RecordReport(rank, report, active);
-  rebalancer_.OnReport(report.iteration(), report.model_changed() || speed.speed_moved);
-  if (report.model_changed()) plans_.OnModelChange(rank, report.iteration());
-  ++reports_;
-  ++out->reports;
-  Carry(plans_.OnReport(rank, report.iteration(), report.applied_epoch(),
-                        report.iteration_s(), now),
-        now, out)
-      .IgnoreError();  // never durable-first
 }
 
 absl::StatusOr<core::PipelineModel> JobMachine::ModelAt(
@@ -227,15 +225,15 @@ int64_t JobMachine::IterationsLeft() const {
   const int64_t planned = roster_.shape().planned_iterations;
   if (planned <= 0) return -1;
   return std::max<int64_t>(
-      0, planned - (rebalancer_.newest_iteration() + 1) - options_.plan_lead_iterations);
+      0, planned - (roster_.newest_iteration() + 1) - options_.plan_lead_iterations);
 }
 
 void JobMachine::Tick(absl::Time now, JobEffects* out) {
   if (plans_.in_flight() != nullptr) {
-    Carry(plans_.OnTick(now, rebalancer_.newest_iteration()), now, out).IgnoreError();
+    Carry(plans_.OnTick(now, roster_.newest_iteration()), now, out).IgnoreError();
     return;
   }
-  if (!rebalancer_.TakeDirty()) return;
+  if (!rebalancer_.TakeDirty(reports_)) return;
   std::vector<double> speeds = PositionSpeeds();
   absl::StatusOr<core::PipelineModel> model = ModelAt(speeds);
   if (!model.ok()) return rebalancer_.Note(std::string(model.status().message()));
@@ -244,7 +242,8 @@ void JobMachine::Tick(absl::Time now, JobEffects* out) {
   std::optional<Proposal> proposal = rebalancer_.Consider(RebalanceContext{
       *model, layout_, profile_, roster_.shape().pipeline_size,
       roster_.shape().data_parallel_size, roster_.CheckConnected(active).ok(),
-      roster_.ReportedSince(active, rebalancer_.model_changed_iteration()),
+      roster_.newest_iteration(), roster_.model_changes(),
+      roster_.ReportedSince(active, roster_.model_changed_iteration()),
       std::move(speeds), IterationsLeft(), speeds_.Rising(roster_, layout_),
       plans_.predictions().size() > 0
           ? CalibratedMinGain(options_.auto_options, plans_.predictions())

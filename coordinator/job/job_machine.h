@@ -191,8 +191,6 @@ class JobMachine {
 
   JobParts Parts() const;
 
-  void ApplyReport(int rank, const dynmo::v1::IterationReport& report,
-                   absl::Time now, JobEffects* out);
   // The rebalancer's measures of the layout in force.
   void Measure(const core::PipelineModel& model, JobEffects* out);
   // Iterations a plan decided now would run before the job's planned end;

@@ -21,7 +21,7 @@ absl::StatusOr<dynmo::v1::Plan> JobMachine::Issue(const Decision& d,
                                                   absl::Time now, JobEffects* out) {
   wire::Plan issued = d;  // the decision is the plan's layout part
   issued.job = name_;
-  issued.apply_iteration = std::max<int64_t>(rebalancer_.newest_iteration(), 0) +
+  issued.apply_iteration = std::max<int64_t>(roster_.newest_iteration(), 0) +
                            options_.plan_lead_iterations;
   issued.reason = reason;
   issued.decided_unix_nanos = absl::ToUnixNanos(now);
@@ -31,7 +31,7 @@ absl::StatusOr<dynmo::v1::Plan> JobMachine::Issue(const Decision& d,
   if (absl::Status s = Carry(plans_.Issue(std::move(plan), now), now, out); !s.ok()) {
     return s;
   }
-  rebalancer_.OnPlanIssued();
+  rebalancer_.OnPlanIssued(roster_.newest_iteration());
   return plans_.in_flight()->plan();
 }
 
@@ -42,7 +42,10 @@ absl::Status JobMachine::Carry(PlanReady ready, absl::Time now, JobEffects* out)
   } else if (ready.rank_layout != nullptr) {
     SetStagesOf(*ready.rank_layout, &layout_);
   }
-  if (ready.resumed) rebalancer_.OnResumed();
+  if (ready.resumed) {
+    roster_.OnResumed();
+    rebalancer_.OnResumed();
+  }
   if (ready.persist != PlanReady::Persist::kNo) {
     if (absl::Status s = journal_->CommitJob(Record()); !s.ok()) {
       if (ready.persist == PlanReady::Persist::kFirst) {

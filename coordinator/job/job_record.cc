@@ -16,6 +16,7 @@ dynmo::v1::JobRecord MakeJobRecord(const JobParts& job) {
   for (int b : job.layout.boundaries) rec.add_boundaries(b);
   for (int s : job.layout.active_stages) rec.add_active_stages(s);
   job.rebalancer.SaveProgress(rec.mutable_progress());
+  rec.mutable_progress()->set_last_iteration(job.roster.newest_iteration());
   rec.mutable_progress()->set_reports(job.reports);
   return rec;
 }
@@ -32,7 +33,7 @@ dynmo::v1::JobSummary MakeJobSummary(const JobParts& job) {
   s.set_connected_ranks(job.roster.connected());
   s.set_epoch(job.plans.epoch());
   s.set_applied_epoch(job.plans.applied_epoch());
-  s.set_last_iteration(job.rebalancer.newest_iteration());
+  s.set_last_iteration(job.roster.newest_iteration());
   s.set_imbalance(job.rebalancer.measures().imbalance);
   s.set_bottleneck_s(job.rebalancer.measures().bottleneck);
   s.set_active_stages(active);

@@ -223,13 +223,30 @@ int RankRoster::connected() const {
 
 void RankRoster::RecordReport(int rank,
                               const dynmo::v1::IterationReport& report,
-                              bool active) {
+                              bool active, bool model_changed) {
   RosterRank& r = at(rank);
   if (active) r.memory_used_bytes = report.stage_memory_used_bytes();
   if (report.stage_memory_capacity_bytes() > 0) {
     r.memory_capacity_bytes = report.stage_memory_capacity_bytes();
   }
-  r.last_iteration = report.iteration();
+  const int64_t iteration = report.iteration();
+  r.last_iteration = iteration;
+  newest_iteration_ = restored_ ? iteration : std::max(newest_iteration_, iteration);
+  restored_ = false;
+  if (model_changed) {
+    model_changed_iteration_ = std::max(model_changed_iteration_, iteration);
+    ++model_changes_;
+  }
+}
+
+void RankRoster::RestoreProgress(int64_t last_iteration) {
+  newest_iteration_ = last_iteration;
+  restored_ = true;
+}
+
+void RankRoster::OnResumed() {
+  restored_ = true;
+  model_changed_iteration_ = -1;
 }
 
 void RankRoster::RecordAck(int rank, int64_t iteration) {

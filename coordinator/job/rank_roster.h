@@ -2,7 +2,9 @@
 // knows the job's shape (stages x replicas x layers, the model fingerprint),
 // which rank registered with which (stage, replica) coordinates, where each
 // runs (host, device, memory), its session and the newest iteration it
-// reported; and, given the job's active stages (sorted, from the layout in
+// reported; the job's report progress (the newest iteration any rank
+// reported, the newest a rank flagged as a model change, how many reports
+// flagged one); and, given the job's active stages (sorted, from the layout in
 // force), which ranks take part in plans. It refuses registrations that do
 // not fit the shape or take another rank's coordinates, and sessions for
 // ranks that are unknown, unregistered or carried by another host. It sends
@@ -111,9 +113,28 @@ class RankRoster {
 
   // What a valid report of `rank` says about the rank: its newest
   // iteration, its capacity when reported, and its stage's measured memory
-  // when `active` (a released stage holds no layers).
+  // when `active` (a released stage holds no layers); and about the job:
+  // its newest iteration and, when `model_changed` (the report's flag, or
+  // a speed the report moved), a model change at the report's iteration.
   void RecordReport(int rank, const dynmo::v1::IterationReport& report,
-                    bool active);
+                    bool active, bool model_changed);
+  // The newest iteration a rank reported (a restored record's until the
+  // first report after RestoreProgress or OnResumed); -1: none.
+  int64_t newest_iteration() const { return newest_iteration_; }
+  // The newest iteration reported since this coordinator started; -1 while
+  // the one shown is a restored one. What the iteration window is measured
+  // from.
+  int64_t reported_iteration() const { return restored_ ? -1 : newest_iteration_; }
+  // The newest iteration a report flagged as a model change (-1: none).
+  int64_t model_changed_iteration() const { return model_changed_iteration_; }
+  // How many reports flagged a model change since this coordinator started.
+  int64_t model_changes() const { return model_changes_; }
+  // A restarted job's saved newest iteration, shown until the first report.
+  void RestoreProgress(int64_t last_iteration);
+  // The job restarted from older state (a checkpoint): its iterations start
+  // again lower, so the next report's iteration is the newest, and no model
+  // change is known.
+  void OnResumed();
   // An ack of `rank` sent at `iteration`.
   void RecordAck(int rank, int64_t iteration);
 
@@ -155,6 +176,10 @@ class RankRoster {
 
   JobShape shape_;
   std::vector<RosterRank> ranks_;
+  int64_t newest_iteration_ = -1;
+  bool restored_ = false;  // newest_iteration_ is RestoreProgress's
+  int64_t model_changed_iteration_ = -1;
+  int64_t model_changes_ = 0;
 };
 
 }  // namespace dynmo::service

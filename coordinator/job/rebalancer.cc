@@ -13,27 +13,14 @@ namespace dynmo::service {
 Rebalancer::Rebalancer(const Policy& policy, const AutoOptions& auto_options)
     : policy_(policy), auto_options_(auto_options), gate_(auto_options) {}
 
-void Rebalancer::OnReport(int64_t iteration, bool model_changed) {
-  newest_iteration_ = restored_ ? iteration : std::max(newest_iteration_, iteration);
-  restored_ = false;
-  model_changed_ = model_changed_ || model_changed;
-  if (model_changed) {
-    model_changed_iteration_ = std::max(model_changed_iteration_, iteration);
-  }
-  dirty_ = true;
-}
-
 void Rebalancer::OnResumed() {
-  restored_ = true;
   last_decision_iteration_ = -1;
-  model_changed_iteration_ = -1;
   gate_ = AutoGate(auto_options_);
-  dirty_ = true;
+  rearmed_ = true;
 }
 
 void Rebalancer::RestoreProgress(const dynmo::v1::JobProgress& p) {
-  newest_iteration_ = p.last_iteration();
-  restored_ = true;
+  considered_reports_ = p.reports();
   measures_.imbalance = p.imbalance();
   measures_.bottleneck = p.bottleneck_s();
   measures_.lower_bound = p.lower_bound_s();
@@ -42,7 +29,6 @@ void Rebalancer::RestoreProgress(const dynmo::v1::JobProgress& p) {
 }
 
 void Rebalancer::SaveProgress(dynmo::v1::JobProgress* p) const {
-  p->set_last_iteration(newest_iteration_);
   p->set_imbalance(measures_.imbalance);
   p->set_bottleneck_s(measures_.bottleneck);
   p->set_lower_bound_s(measures_.lower_bound);
@@ -50,9 +36,10 @@ void Rebalancer::SaveProgress(dynmo::v1::JobProgress* p) const {
   p->set_bubble_ratio(bubble_);
 }
 
-bool Rebalancer::TakeDirty() {
-  const bool dirty = dirty_;
-  dirty_ = false;
+bool Rebalancer::TakeDirty(int64_t reports) {
+  const bool dirty = rearmed_ || reports != considered_reports_;
+  rearmed_ = false;
+  considered_reports_ = reports;
   return dirty;
 }
 
@@ -71,10 +58,11 @@ void Rebalancer::Measure(const core::PipelineModel& model,
 }
 
 std::optional<Proposal> Rebalancer::Consider(const RebalanceContext& context) {
+  const bool model_changed = context.model_changes > decided_model_changes_;
   const TriggerCall call = EvaluateTrigger(
       policy_.trigger,
-      TriggerState{newest_iteration_ - last_decision_iteration_, model_changed_,
-                   model_changed_ && context.changed_costs_complete});
+      TriggerState{context.newest_iteration - last_decision_iteration_, model_changed,
+                   model_changed && context.changed_costs_complete});
   if (!call.note.empty()) note_ = call.note;
   if (!call.decide) return std::nullopt;
   if (!context.all_connected) {
@@ -89,8 +77,8 @@ std::optional<Proposal> Rebalancer::Consider(const RebalanceContext& context) {
     note_ = "a rank's speed probes came in faster: waiting for them to confirm a change";
     return std::nullopt;  // keep the trigger armed
   }
-  last_decision_iteration_ = newest_iteration_;
-  model_changed_ = false;
+  last_decision_iteration_ = context.newest_iteration;
+  decided_model_changes_ = context.model_changes;
   // Each layer's cost scatter, read once: the near-tie tolerance and the
   // auto gate's gain noise both price it.
   const std::vector<double> layer_noise = context.profile.LayerNoise();
@@ -105,7 +93,7 @@ std::optional<Proposal> Rebalancer::Consider(const RebalanceContext& context) {
     return std::nullopt;
   }
   if (!d->changes_layout) {
-    gate_.Observe(AutoVerdict{}, newest_iteration_);
+    gate_.Observe(AutoVerdict{}, context.newest_iteration);
     note_ = "layout already optimal";
     return std::nullopt;
   }
@@ -156,7 +144,7 @@ bool Rebalancer::AutoGatePasses(const RebalanceContext& context, const Decision&
   }
   const AutoVerdict v = EvaluateAuto(auto_options_, ai);
   note_ = v.why;
-  return gate_.Observe(v, newest_iteration_);
+  return gate_.Observe(v, context.newest_iteration);
 }
 
 absl::StatusOr<Decision> Rebalancer::Decide(const core::PipelineModel& model,
@@ -204,6 +192,6 @@ absl::StatusOr<std::optional<Proposal>> Rebalancer::DecideNow(
   return std::optional<Proposal>(Proposal{*std::move(d), std::move(reason)});
 }
 
-void Rebalancer::OnPlanIssued() { gate_.OnPlanIssued(newest_iteration_); }
+void Rebalancer::OnPlanIssued(int64_t iteration) { gate_.OnPlanIssued(iteration); }
 
 }  // namespace dynmo::service

@@ -1,7 +1,9 @@
 // Rebalancer: when and to what one job rebalances. It owns the job's Policy,
-// what the trigger remembers between reports (the newest iteration, the
-// iteration of the last decision, a model change not decided on yet), the
-// auto trigger's gate (policy.h) and the measures of the layout in force.
+// what the trigger remembers between ticks (the iteration of the last
+// decision, the model changes decided on, the reports already considered),
+// the auto trigger's gate (policy.h) and the measures of the layout in
+// force. What the ranks reported (the newest iteration, model changes) it
+// reads from the roster at each tick (RebalanceContext).
 // Consider() runs the trigger and the balancer on the current model and
 // returns the decision to issue as a plan, or nothing and a note saying why;
 // Decide() is the operator's path, without the trigger.
@@ -36,7 +38,13 @@ struct RebalanceContext {
   int full_stages;                   // the job's pipeline size
   int data_parallel;                 // replicas per stage
   bool all_connected;                // every active rank has a session
-  // Every active rank reported model_changed_iteration() or later.
+  // The newest iteration a rank reported (RankRoster::newest_iteration).
+  int64_t newest_iteration;
+  // Reports that flagged a model change so far (RankRoster::model_changes):
+  // more than at the last decision is a change not decided on yet.
+  int64_t model_changes;
+  // Every active rank reported RankRoster::model_changed_iteration() or
+  // later.
   bool changed_costs_complete;
   // Each active rank's speed by position (DecisionInput::rank_speeds).
   std::vector<double> rank_speeds = {};
@@ -84,27 +92,19 @@ class Rebalancer {
   const Policy& policy() const { return policy_; }
   void SetPolicy(const Policy& policy) { policy_ = policy; }
   // Evaluates at the next tick even without a new report.
-  void Rearm() { dirty_ = true; }
+  void Rearm() { rearmed_ = true; }
 
-  // A rank reported `iteration`, flagging whether the model changed.
-  void OnReport(int64_t iteration, bool model_changed);
   // The job restarted from older state (a checkpoint): its iterations start
-  // again lower, so the next report's iteration is the newest, and the
-  // trigger's and gate's iteration marks start again.
+  // again lower, so the trigger's and gate's iteration marks start again.
   void OnResumed();
-  int64_t newest_iteration() const { return newest_iteration_; }
-  // The newest iteration reported since this coordinator started; -1 while
-  // the one shown is a restored one (RestoreProgress). What the iteration
-  // window is measured from.
-  int64_t reported_iteration() const { return restored_ ? -1 : newest_iteration_; }
-  // A restarted job's saved progress: shown until the first report (the
-  // iteration) and the first complete profile (the measures) replace it.
+  // A restarted job's saved progress: its measures, shown until the first
+  // complete profile replaces them, and the reports it had counted.
   void RestoreProgress(const dynmo::v1::JobProgress& progress);
+  // The measures (not the iteration: the roster's).
   void SaveProgress(dynmo::v1::JobProgress* progress) const;
-  // The newest iteration a rank flagged "model changed" (-1: none).
-  int64_t model_changed_iteration() const { return model_changed_iteration_; }
-  // Whether anything arrived since the last call (a tick has work).
-  bool TakeDirty();
+  // Whether a tick has work: the job's count of reports moved since the
+  // last call, or Rearm/OnResumed asked.
+  bool TakeDirty(int64_t reports);
 
   // Refreshes the measures of `layout` under `model` (kept when the
   // boundaries do not fit it).
@@ -121,8 +121,9 @@ class Rebalancer {
       const core::PipelineModel& model, const JobLayout& layout,
       int full_stages, int data_parallel, const std::vector<double>& rank_speeds,
       double measured_iteration_s, std::string* detail);
-  // A plan was issued: the auto trigger's cool-down starts.
-  void OnPlanIssued();
+  // A plan was issued at the job's newest iteration `iteration`: the auto
+  // trigger's cool-down starts.
+  void OnPlanIssued(int64_t iteration);
   // The wall time of each balancer run since the last call, in seconds.
   std::vector<double> TakeDecisionLatencies() { return std::move(latencies_s_); }
 
@@ -145,12 +146,10 @@ class Rebalancer {
   AutoOptions auto_options_;
   AutoGate gate_;
   std::vector<double> latencies_s_;
-  int64_t newest_iteration_ = -1;
-  bool restored_ = false;  // newest_iteration_ is RestoreProgress's
   int64_t last_decision_iteration_ = -1;
-  bool model_changed_ = false;
-  int64_t model_changed_iteration_ = -1;
-  bool dirty_ = false;
+  int64_t decided_model_changes_ = 0;  // RebalanceContext::model_changes decided on
+  int64_t considered_reports_ = 0;     // the report count TakeDirty last saw
+  bool rearmed_ = false;
   core::PartitionSummary measures_;
   double bubble_ = 0;
   std::string note_;

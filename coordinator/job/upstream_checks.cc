@@ -1,9 +1,11 @@
 #include "coordinator/job/upstream_checks.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/job/validation.h"
+#include "wire/report_codec.h"
 
 namespace dynmo::service {
 namespace {
@@ -44,7 +46,7 @@ absl::Status CheckReportedLayers(const RankRoster& roster, const JobLayout& layo
 }  // namespace
 
 absl::Status CheckUpstream(const JobParts& job, const UpstreamMessage& m,
-                           int64_t iteration_window) {
+                           int64_t iteration_window, std::vector<core::LayerCost>* layers) {
   const RankRoster& roster_ = job.roster;
   const PlanLifecycle& plans_ = job.plans;
   const std::string& name_ = roster_.shape().job;
@@ -52,10 +54,10 @@ absl::Status CheckUpstream(const JobParts& job, const UpstreamMessage& m,
     return absl::NotFoundError(absl::StrCat("job ", name_, " has no rank ", m.rank));
   }
   if (m.report != nullptr) {
-    if (absl::Status s = ValidateReport(*m.report, roster_.shape().num_layers);
-        !s.ok()) {
-      return s;
-    }
+    absl::StatusOr<std::vector<core::LayerCost>> read =
+        wire::ReadReport(*m.report, roster_.shape().num_layers);
+    if (!read.ok()) return read.status();
+    *layers = *std::move(read);
     if (absl::Status s = CheckIteration(job, m.report->iteration(), iteration_window);
         !s.ok()) {
       return s;
@@ -80,7 +82,7 @@ absl::Status CheckUpstream(const JobParts& job, const UpstreamMessage& m,
 
 absl::Status CheckIteration(const JobParts& job, int64_t iteration,
                             int64_t iteration_window) {
-  const int64_t newest = job.rebalancer.reported_iteration();
+  const int64_t newest = job.roster.reported_iteration();
   // Both are validated to [0, 2^53], so the sum cannot overflow.
   if (newest < 0 || iteration <= newest + iteration_window) {
     return absl::OkStatus();

@@ -10,8 +10,10 @@
 #define DYNMO_COORDINATOR_JOB_UPSTREAM_CHECKS_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "core/cost_model.h"
 #include "coordinator/job/job_effects.h"
 #include "coordinator/job/job_record.h"
 #include "dynmo/v1/agent.pb.h"
@@ -21,9 +23,10 @@ namespace dynmo::service {
 // NOT_FOUND for a rank outside the job; INVALID_ARGUMENT for bad values,
 // an epoch never issued, an iteration beyond the window or a layer the
 // rank's stage does not hold; FAILED_PRECONDITION for APPLIED of a plan
-// never committed.
+// never committed. A report's layers, read as they are checked
+// (wire::ReadReport), go to `layers` (left empty for an ack).
 absl::Status CheckUpstream(const JobParts& job, const UpstreamMessage& m,
-                           int64_t iteration_window);
+                           int64_t iteration_window, std::vector<core::LayerCost>* layers);
 // INVALID_ARGUMENT for an iteration more than `iteration_window` beyond the
 // job's newest.
 absl::Status CheckIteration(const JobParts& job, int64_t iteration,

@@ -29,7 +29,6 @@ bool PrintableText(absl::string_view text) {
   return true;
 }
 
-bool Seconds(double v) { return FiniteNonNegative(v) && v <= kMaxLayerSeconds; }
 bool Bytes(int64_t v) { return v >= 0 && v <= kMaxBytes; }
 
 }  // namespace
@@ -130,55 +129,6 @@ absl::Status ValidateRegister(const dynmo::v1::RegisterRequest& r) {
         !s.ok()) {
       return Invalid(absl::StrCat("boundaries: ", s.message()));
     }
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ValidateReport(const dynmo::v1::IterationReport& report,
-                            int num_layers) {
-  if (report.iteration() < 0 || report.iteration() > kMaxIteration) {
-    return Invalid(absl::StrCat("iteration must be in [0, ", kMaxIteration, "]"));
-  }
-  if (report.applied_epoch() > kMaxEpoch) {
-    return Invalid(absl::StrCat("applied_epoch must be <= ", kMaxEpoch));
-  }
-  if (!Seconds(report.probe_s())) {
-    return Invalid(absl::StrCat("probe_s must be finite, >= 0 and <= ", kMaxLayerSeconds, " s"));
-  }
-  if (report.layers_size() > num_layers) {
-    return Invalid(absl::StrCat("report carries ", report.layers_size(),
-                                " layers but the job has ", num_layers));
-  }
-  std::vector<bool> seen(static_cast<size_t>(num_layers), false);
-  for (const auto& l : report.layers()) {
-    if (l.layer() < 0 || l.layer() >= num_layers) {
-      return Invalid(absl::StrCat("layer ", l.layer(), " outside [0, ",
-                                  num_layers, ")"));
-    }
-    if (seen[static_cast<size_t>(l.layer())]) {
-      return Invalid(absl::StrCat("layer ", l.layer(), " reported twice"));
-    }
-    seen[static_cast<size_t>(l.layer())] = true;
-    if (!Seconds(l.fwd_s()) || !Seconds(l.bwd_s()) || !Seconds(l.wgrad_s())) {
-      return Invalid(absl::StrCat("layer ", l.layer(), ": times must be finite, >= 0 and <= ",
-                                  kMaxLayerSeconds, " s"));
-    }
-    if (!Bytes(l.params()) || !Bytes(l.resident_bytes()) || !Bytes(l.activation_bytes())) {
-      return Invalid(absl::StrCat("layer ", l.layer(),
-                                  ": parameters and byte counts must be in [0, ", kMaxBytes,
-                                  "]"));
-    }
-  }
-  if (!Bytes(report.stage_memory_used_bytes()) ||
-      !Bytes(report.stage_memory_capacity_bytes())) {
-    return Invalid(absl::StrCat("stage memory must be in [0, ", kMaxBytes, "]"));
-  }
-  if (!Seconds(report.neighbour_wait_s())) {
-    return Invalid(absl::StrCat("neighbour_wait_s must be finite, >= 0 and <= ",
-                                kMaxLayerSeconds));
-  }
-  if (!Seconds(report.exchange_s())) {
-    return Invalid(absl::StrCat("exchange_s must be finite, >= 0 and <= ", kMaxLayerSeconds));
   }
   return absl::OkStatus();
 }

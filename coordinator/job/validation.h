@@ -1,5 +1,6 @@
 // Validation of what arrives over the wire, before anything touches state.
-// Each function checks one message on its own (shape, ranges, NaN,
+// (An iteration report is read and checked in one pass by
+// wire/report_codec.h.) Each function checks one message on its own (shape, ranges, NaN,
 // sizes) and returns INVALID_ARGUMENT naming the offending field; checks
 // that need a job's state (does the rank exist, does the layer count match)
 // live in JobState and return FAILED_PRECONDITION or NOT_FOUND.
@@ -12,6 +13,7 @@
 #include "absl/strings/string_view.h"
 #include "dynmo/v1/agent.pb.h"
 #include "dynmo/v1/operator.pb.h"
+#include "wire/limits.h"
 
 namespace dynmo::service {
 
@@ -22,23 +24,18 @@ inline constexpr int kMaxLayers = 1 << 16;
 // asks for at most this many (a 60-byte Register of dp = layers = 65536
 // would otherwise allocate ~240 GB).
 inline constexpr int64_t kMaxReplicaLayers = int64_t{1} << 20;
-// Sanity bounds on what a rank reports: an iteration count, seconds per
-// micro-batch for one layer, bytes or parameters of one layer or stage.
-// Larger values are garbage (or hostile) and would overflow sums.
-inline constexpr int64_t kMaxIteration = int64_t{1} << 53;
-inline constexpr double kMaxLayerSeconds = 86400;
-inline constexpr int64_t kMaxBytes = int64_t{1} << 50;  // 1 PiB
-inline constexpr uint64_t kMaxEpoch = uint64_t{1} << 53;
+// Sanity bounds on what a rank sends (wire/limits.h; the report reader,
+// wire/report_codec.h, applies them to iteration reports).
+using wire::kMaxBytes;
+using wire::kMaxEpoch;
+using wire::kMaxIteration;
+using wire::kMaxLayerSeconds;
 
 // A job name: 1..128 chars of [A-Za-z0-9._-].
 absl::Status ValidateJobName(absl::string_view name);
 
 // Self-consistency of a registration (sizes, coordinates, boundaries).
 absl::Status ValidateRegister(const dynmo::v1::RegisterRequest& request);
-
-// One iteration report against the job's layer count.
-absl::Status ValidateReport(const dynmo::v1::IterationReport& report,
-                            int num_layers);
 
 absl::Status ValidateAck(const dynmo::v1::PlanAck& ack);
 

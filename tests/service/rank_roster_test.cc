@@ -113,8 +113,8 @@ TEST(RankRosterTest, AReportOfAReleasedStageKeepsItsMeasuredMemory) {
   report.set_iteration(7);
   report.set_stage_memory_used_bytes(500);
   report.set_stage_memory_capacity_bytes(2000);
-  roster.RecordReport(0, report, /*active=*/true);
-  roster.RecordReport(1, report, /*active=*/false);
+  roster.RecordReport(0, report, /*active=*/true, /*model_changed=*/false);
+  roster.RecordReport(1, report, /*active=*/false, /*model_changed=*/false);
   EXPECT_EQ(roster.at(0).memory_used_bytes, 500);
   EXPECT_EQ(roster.at(1).memory_used_bytes, 0);
   EXPECT_EQ(roster.at(1).memory_capacity_bytes, 2000);
@@ -123,6 +123,41 @@ TEST(RankRosterTest, AReportOfAReleasedStageKeepsItsMeasuredMemory) {
   EXPECT_EQ(roster.at(1).last_iteration, 7) << "an older ack moves nothing back";
   roster.RecordAck(1, 9);
   EXPECT_EQ(roster.at(1).last_iteration, 9);
+}
+
+TEST(RankRosterTest, TheJobsNewestIterationAndModelChangesComeFromItsReports) {
+  RankRoster roster = AllRegistered();
+  EXPECT_EQ(roster.newest_iteration(), -1);
+  dynmo::v1::IterationReport report;
+  report.set_iteration(12);
+  roster.RecordReport(0, report, true, /*model_changed=*/true);
+  report.set_iteration(9);  // a late report moves the newest nothing back
+  roster.RecordReport(1, report, true, /*model_changed=*/true);
+  EXPECT_EQ(roster.newest_iteration(), 12);
+  EXPECT_EQ(roster.reported_iteration(), 12);
+  EXPECT_EQ(roster.model_changed_iteration(), 12);
+  EXPECT_EQ(roster.model_changes(), 2);
+
+  // A restarted coordinator shows the saved iteration until a report comes,
+  // and does not measure the iteration window from it.
+  RankRoster restored = AllRegistered();
+  restored.RestoreProgress(40);
+  EXPECT_EQ(restored.newest_iteration(), 40);
+  EXPECT_EQ(restored.reported_iteration(), -1);
+  report.set_iteration(3);
+  restored.RecordReport(0, report, true, false);
+  EXPECT_EQ(restored.newest_iteration(), 3) << "the first report replaces the saved one";
+  EXPECT_EQ(restored.model_changes(), 0);
+
+  // Resumed from a checkpoint: the next report's iteration is the newest,
+  // even a lower one, and no model change is known any more.
+  roster.OnResumed();
+  EXPECT_EQ(roster.model_changed_iteration(), -1);
+  EXPECT_EQ(roster.reported_iteration(), -1);
+  report.set_iteration(5);
+  roster.RecordReport(0, report, true, false);
+  EXPECT_EQ(roster.newest_iteration(), 5);
+  EXPECT_EQ(roster.model_changes(), 2) << "the count only grows";
 }
 
 TEST(RankRosterTest, OneSessionGetsOneEntryForAllItsParticipatingRanks) {

@@ -1,10 +1,14 @@
 // The one wire codec (wire/): a layer sample and a plan survive the trip to
-// the dynmo.v1 message and back field for field, and an absent re-shape
-// stays absent.
+// the dynmo.v1 message and back field for field, an absent re-shape stays
+// absent, and a report is read back checked.
 #include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
 
 #include "wire/layer_codec.h"
 #include "wire/plan_codec.h"
+#include "wire/report_codec.h"
 
 namespace dynmo::wire {
 namespace {
@@ -20,7 +24,12 @@ TEST(WireCodecTest, ALayerSampleRoundTripsFieldForField) {
   c.activation_bytes = 89;
   const dynmo::v1::LayerSample s = LayerSampleFromCost(c);
   EXPECT_EQ(s.layer(), 7);
-  const core::LayerCost back = LayerCostFromSample(s);
+  dynmo::v1::IterationReport report;
+  *report.add_layers() = s;
+  absl::StatusOr<std::vector<core::LayerCost>> read = ReadReport(report, 8);
+  ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_EQ(read->size(), 1u);
+  const core::LayerCost& back = read->front();
   EXPECT_EQ(back.id, c.id);
   EXPECT_EQ(back.fwd_s, c.fwd_s);
   EXPECT_EQ(back.bwd_s, c.bwd_s);
@@ -28,6 +37,27 @@ TEST(WireCodecTest, ALayerSampleRoundTripsFieldForField) {
   EXPECT_EQ(back.params, c.params);
   EXPECT_EQ(back.resident_bytes, c.resident_bytes);
   EXPECT_EQ(back.activation_bytes, c.activation_bytes);
+}
+
+TEST(WireCodecTest, AReportIsReadOnlyWhenEveryFieldIsInRange) {
+  dynmo::v1::IterationReport report;
+  report.set_iteration(3);
+  dynmo::v1::LayerSample* l = report.add_layers();
+  l->set_layer(1);
+  l->set_fwd_s(0.5);
+  EXPECT_TRUE(ReadReport(report, 2).ok());
+  EXPECT_EQ(ReadReport(report, 1).status().message(), "layer 1 outside [0, 1)");
+  l->set_fwd_s(std::nan(""));
+  EXPECT_EQ(ReadReport(report, 2).status().code(), absl::StatusCode::kInvalidArgument);
+  l->set_fwd_s(0.5);
+  *report.add_layers() = *l;
+  EXPECT_EQ(ReadReport(report, 2).status().message(), "layer 1 reported twice");
+  report.mutable_layers()->RemoveLast();
+  report.set_iteration(-1);
+  EXPECT_EQ(ReadReport(report, 2).status().code(), absl::StatusCode::kInvalidArgument);
+  report.set_iteration(3);
+  report.set_exchange_s(-1);
+  EXPECT_EQ(ReadReport(report, 2).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(WireCodecTest, APlanRoundTripsFieldForField) {
