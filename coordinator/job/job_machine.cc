@@ -242,7 +242,7 @@ void JobMachine::Tick(absl::Time now, JobEffects* out) {
   std::optional<Proposal> proposal = rebalancer_.Consider(RebalanceContext{
       *model, layout_, profile_, roster_.shape().pipeline_size,
       roster_.shape().data_parallel_size, roster_.CheckConnected(active).ok(),
-      roster_.newest_iteration(), roster_.model_changes(),
+      roster_.newest_iteration(), roster_.model_changes(), roster_.model_changed_iteration(),
       roster_.ReportedSince(active, roster_.model_changed_iteration()),
       std::move(speeds), IterationsLeft(), speeds_.Rising(roster_, layout_),
       plans_.predictions().size() > 0

@@ -115,7 +115,8 @@ AutoVerdict EvaluateAuto(const AutoOptions& options, const AutoInput& input) {
   return v;
 }
 
-bool AutoGate::Observe(const AutoVerdict& verdict, int64_t iteration) {
+bool AutoGate::Observe(const AutoVerdict& verdict, int64_t iteration,
+                       int64_t settled_change) {
   if (!verdict.pays_back) {
     streak_ = 0;
     forgone_s_ = 0;
@@ -130,7 +131,7 @@ bool AutoGate::Observe(const AutoVerdict& verdict, int64_t iteration) {
     forgone_s_ += static_cast<double>(iterations) * std::max(0.0, verdict.gain_per_iteration_s);
     streak_iteration_ = iteration;
   }
-  if (last_plan_iteration_ >= 0 &&
+  if (last_plan_iteration_ >= 0 && settled_change <= last_plan_iteration_ &&
       iteration - last_plan_iteration_ < options_.cooldown_iterations) {
     return false;
   }

@@ -105,7 +105,7 @@ struct AutoOptions {
   double calibrated_min_gain_floor = 0.02;
   double calibrated_min_gain_cap = 0.15;
   int confirmations = 3;                  // consecutive positive verdicts
-  int cooldown_iterations = 20;           // after a plan was issued
+  int cooldown_iterations = 20;           // after a plan was issued, unless the model changed
   // The gain must be >= this many standard deviations of the noise-only
   // gain (3: a stationary job's noise passes about 1 evaluation in 700,
   // and `confirmations` of them in a row practically never).
@@ -176,8 +176,12 @@ class AutoGate {
   // Feeds the verdict of an evaluation at `iteration`; returns true when a
   // plan should be issued now (enough consecutive positive verdicts, the
   // gain forgone over them at least the move's pause, and the cool-down has
-  // passed).
-  bool Observe(const AutoVerdict& verdict, int64_t iteration);
+  // passed). `settled_change` is the newest model change (a rank's flag or
+  // a speed that moved) whose costs every active rank has reported since,
+  // -1 for none: one after the last plan was issued ends that plan's
+  // cool-down, since the plan was decided for a model that no longer runs
+  // (the confirmations and the payback still hold).
+  bool Observe(const AutoVerdict& verdict, int64_t iteration, int64_t settled_change = -1);
   // Starts the cool-down and clears the confirmations.
   void OnPlanIssued(int64_t iteration);
 

@@ -144,7 +144,14 @@ bool Rebalancer::AutoGatePasses(const RebalanceContext& context, const Decision&
   }
   const AutoVerdict v = EvaluateAuto(auto_options_, ai);
   note_ = v.why;
-  return gate_.Observe(v, context.newest_iteration);
+  // A model change ends a plan's cool-down for a job that re-balances in
+  // place (the default); a re-packing job keeps it: there the change's
+  // first plans weigh GPU-hours against throughput on freshly re-measured
+  // costs, and an earlier one cost the what-if sweep's release cells up to
+  // 0.5% of tokens/s.
+  const int64_t settled_change =
+      context.changed_costs_complete && !policy_.repack ? context.model_changed_iteration : -1;
+  return gate_.Observe(v, context.newest_iteration, settled_change);
 }
 
 absl::StatusOr<Decision> Rebalancer::Decide(const core::PipelineModel& model,

@@ -43,8 +43,10 @@ struct RebalanceContext {
   // Reports that flagged a model change so far (RankRoster::model_changes):
   // more than at the last decision is a change not decided on yet.
   int64_t model_changes;
-  // Every active rank reported RankRoster::model_changed_iteration() or
-  // later.
+  // The newest iteration a report flagged as a model change
+  // (RankRoster::model_changed_iteration; -1: none), and whether every
+  // active rank reported it or later.
+  int64_t model_changed_iteration;
   bool changed_costs_complete;
   // Each active rank's speed by position (DecisionInput::rank_speeds).
   std::vector<double> rank_speeds = {};

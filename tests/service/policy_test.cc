@@ -150,6 +150,33 @@ TEST(AutoGateTest, NeedsConsecutiveConfirmationsAndHonoursCooldown) {
   EXPECT_TRUE(gate.Observe(yes, 56));
 }
 
+// A plan decided for a model that changed after it was issued (freezing,
+// pruning, a rank's speed) has its cool-down end once every rank reported
+// the change; the confirmations still hold; a change at or before the issue
+// ends nothing.
+TEST(AutoGateTest, AModelChangeAfterThePlanEndsItsCooldown) {
+  AutoOptions o;
+  o.confirmations = 3;
+  o.cooldown_iterations = 20;
+  AutoGate gate(o);
+  AutoVerdict yes;
+  yes.pays_back = true;
+  AutoVerdict no;
+  gate.OnPlanIssued(5);
+  EXPECT_FALSE(gate.Observe(yes, 10, /*settled_change=*/5));
+  EXPECT_FALSE(gate.Observe(yes, 11, 5));
+  EXPECT_FALSE(gate.Observe(yes, 12, 5)) << "a change at the issue ends no cool-down";
+  EXPECT_TRUE(gate.Observe(yes, 14, 14)) << "settled at 14: the cool-down is over";
+  gate.OnPlanIssued(14);
+  for (int it = 15; it < 34; ++it) EXPECT_FALSE(gate.Observe(yes, it, 14)) << it;
+  EXPECT_TRUE(gate.Observe(yes, 34, 14));
+  gate.OnPlanIssued(34);
+  EXPECT_FALSE(gate.Observe(no, 40, 38));
+  EXPECT_FALSE(gate.Observe(yes, 41, 38));
+  EXPECT_FALSE(gate.Observe(yes, 42, 38)) << "two confirmations are not three";
+  EXPECT_TRUE(gate.Observe(yes, 43, 38));
+}
+
 TEST(EvaluateAutoTest, TheGainCountsOnlyOverTheIterationsTheRunHasLeft) {
   AutoOptions o;  // horizon 200, 10 GB/s, margin 2
   AutoInput in{/*current=*/0.10, /*candidate=*/0.08, /*migration_bytes=*/10LL << 30,
