@@ -158,7 +158,8 @@ absl::Status JobMachine::OnUpstream(absl::Span<const UpstreamMessage> messages,
     std::vector<core::LayerCost>& layers = read[i];
     JobSpeeds::Reported speed;
     if (active) {
-      speed = speeds_.OnReport(m.rank, report, layers, layout_.microbatches, out);
+      speed = speeds_.OnReport(m.rank, report, layers, layout_.microbatches,
+                               !plans_.AroundSwitch(report.iteration()), out);
     } else {
       layers.clear();
     }
@@ -249,7 +250,7 @@ void JobMachine::Tick(absl::Time now, JobEffects* out) {
           ? CalibratedMinGain(options_.auto_options, plans_.predictions())
           : -1.0,
       speeds_.Warming(roster_, layout_), speeds_.NoiseInflation(roster_, layout_),
-      plans_.CurrentStepTime().value_or(0)});
+      plans_.CurrentStepTime().value_or(0), plans_.MeasuringLayout(roster_.newest_iteration())});
   for (double s : rebalancer_.TakeDecisionLatencies()) out->decision_latency_s.push_back(s);
   if (!proposal) return;
   absl::StatusOr<dynmo::v1::Plan> issued =

@@ -16,7 +16,8 @@ JobSpeeds::JobSpeeds(const std::string& job, int ranks, int num_layers,
 
 JobSpeeds::Reported JobSpeeds::OnReport(int rank, const dynmo::v1::IterationReport& report,
                                         const std::vector<core::LayerCost>& raw,
-                                        int microbatches, JobEffects* out) {
+                                        int microbatches, bool exchange_settled,
+                                        JobEffects* out) {
   Reported got;
   // The raw times, as evidence of this rank's speed beside the others' (a
   // model change voids every earlier time), from the rank's first probe
@@ -57,7 +58,7 @@ JobSpeeds::Reported JobSpeeds::OnReport(int rank, const dynmo::v1::IterationRepo
   }
   // A layer measured t on a rank of speed s costs t * s at speed 1.
   got.speed = speeds_.speed(rank);
-  if (report.exchange_s() > 0) {
+  if (exchange_settled && report.exchange_s() > 0) {
     // Per micro-batch at speed 1, smoothed like the layers' costs.
     const double x = report.exchange_s() / std::max(1, microbatches) * got.speed;
     double& kept = exchange_s_[static_cast<size_t>(rank)];

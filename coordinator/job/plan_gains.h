@@ -49,11 +49,30 @@ class PlanGains {
     Record(predicted, realized);
   }
   const core::PredictionRecord& record() const { return record_; }
+  // Whether `iteration` is one of the iterations around a switch that no
+  // measurement counts (GainWindows::skip: the one preparing, the
+  // migration's, the first on the new layout) — of the newest followed
+  // plan, or of the plan in flight applying at `pending_apply` (< 0: none).
+  bool AroundSwitch(int64_t iteration, int64_t pending_apply = -1) const {
+    auto near = [&](int64_t a) {
+      return a >= 0 && iteration >= a - windows_.skip && iteration <= a + windows_.skip;
+    };
+    return near(switch_) || near(pending_apply);
+  }
   // The job's step time on the layout it runs now (core::CurrentStepTime
   // from the first iteration after the newest plan's switch); nullopt
   // until enough of them are in.
   std::optional<double> CurrentStepTime() const {
     return core::CurrentStepTime(steps_, since_, windows_);
+  }
+  // A plan switched the layout, the job reports step times, too few are in
+  // since, and the job's newest iteration is within a window's length of
+  // the switch (a job whose step times stopped is not waited for). Not at
+  // the job's start: there the speed probes hold the first plan over the
+  // same iterations.
+  bool MeasuringLayout(int64_t newest_iteration) const {
+    return since_ >= 0 && steps_.newest() >= 0 && newest_iteration < since_ + windows_.before &&
+           !CurrentStepTime();
   }
 
  private:
@@ -68,6 +87,7 @@ class PlanGains {
   core::StepTimes steps_;
   std::optional<Measured> following_;  // realized unset
   int64_t since_ = -1;  // the current layout's first measured iteration
+  int64_t switch_ = -1;  // the newest followed plan's apply iteration
   std::deque<int64_t> changes_;  // the newest model-change iterations, ascending
   core::PredictionRecord record_;
 };

@@ -127,6 +127,16 @@ class PlanLifecycle {
   const core::PredictionRecord& predictions() const { return gains_.record(); }
   // The job's step time on its current layout (PlanGains::CurrentStepTime).
   std::optional<double> CurrentStepTime() const { return gains_.CurrentStepTime(); }
+  bool MeasuringLayout(int64_t newest_iteration) const {
+    return gains_.MeasuringLayout(newest_iteration);
+  }
+  // Whether `iteration` runs around a plan's switch (the plan in flight's
+  // or the newest applied one's: PlanGains::AroundSwitch), where a rank's
+  // exchanges carry the migration and the new layout's first waits.
+  bool AroundSwitch(int64_t iteration) const {
+    return gains_.AroundSwitch(iteration,
+                               in_flight_ ? in_flight_->plan().apply_iteration() : -1);
+  }
 
   // ---- Checks, before an event is applied ----
   // FAILED_PRECONDITION while a plan is in flight.

@@ -77,6 +77,10 @@ std::optional<Proposal> Rebalancer::Consider(const RebalanceContext& context) {
     note_ = "a rank's speed probes came in faster: waiting for them to confirm a change";
     return std::nullopt;  // keep the trigger armed
   }
+  if (policy_.trigger.kind == Trigger::Kind::kAuto && context.step_time_pending) {
+    note_ = "measuring the current layout's step time: waiting for it";
+    return std::nullopt;  // keep the trigger armed
+  }
   last_decision_iteration_ = context.newest_iteration;
   decided_model_changes_ = context.model_changes;
   // Each layer's cost scatter, read once: the near-tie tolerance and the

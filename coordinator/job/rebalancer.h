@@ -79,6 +79,13 @@ struct RebalanceContext {
   // The job's step time on the current layout, measured
   // (DecisionInput::measured_iteration_s); 0 = not known yet.
   double measured_iteration_s = 0;
+  // A plan switched the layout and too few step times are in since
+  // (PlanGains::MeasuringLayout): the first iterations after a switch.
+  // Auto waits for them: a plan decided on the switch's own iterations
+  // prices exchanges the old layout's waits set (the main job's second
+  // plan, decided one iteration after the first's switch, predicted +37%
+  // and +46% for +32% and +26% delivered).
+  bool step_time_pending = false;
 };
 
 // A decision to issue, with the plan's reason.

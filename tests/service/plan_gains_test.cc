@@ -53,6 +53,38 @@ TEST(PlanGainsTest, TheCurrentStepTimeIsTheApplyingPlansLayoutsOwn) {
   EXPECT_FALSE(gains.CurrentStepTime().has_value());
 }
 
+// The iterations around a switch (the one preparing, the migration's, the
+// first on the new layout) are known from the plan in flight's apply
+// iteration on, and from the followed plan's after it applied; and after
+// a switch the layout is being measured until three step times are in.
+TEST(PlanGainsTest, TheIterationsAroundASwitchAndTheLayoutBeingMeasured) {
+  PlanGains gains;
+  EXPECT_FALSE(gains.MeasuringLayout(0)) << "no step time reported: nothing to wait for";
+  EXPECT_FALSE(gains.AroundSwitch(20));
+  EXPECT_TRUE(gains.AroundSwitch(19, /*pending_apply=*/20));
+  EXPECT_TRUE(gains.AroundSwitch(21, 20));
+  EXPECT_FALSE(gains.AroundSwitch(18, 20));
+  EXPECT_FALSE(gains.AroundSwitch(22, 20));
+  gains.AddStep(0, 2.0);
+  EXPECT_FALSE(gains.MeasuringLayout(0)) << "the job's start: no switch yet";
+  for (int64_t i = 1; i < 20; ++i) gains.AddStep(i, 2.0);
+  EXPECT_FALSE(gains.MeasuringLayout(19));
+  gains.Follow(1, 20, 0.25);
+  EXPECT_TRUE(gains.AroundSwitch(20)) << "the followed plan's switch";
+  EXPECT_TRUE(gains.AroundSwitch(19));
+  EXPECT_FALSE(gains.AroundSwitch(22));
+  for (int64_t i = 20; i < 24; ++i) {
+    gains.AddStep(i, 1.6);
+    EXPECT_TRUE(gains.MeasuringLayout(i)) << i;
+  }
+  EXPECT_FALSE(gains.MeasuringLayout(30)) << "a job whose step times stopped is not waited for";
+  gains.AddStep(24, 1.6);
+  EXPECT_FALSE(gains.MeasuringLayout(24)) << "22, 23 and 24 measured the new layout";
+  gains.Forget();
+  EXPECT_FALSE(gains.AroundSwitch(20));
+  EXPECT_FALSE(gains.MeasuringLayout(24));
+}
+
 // A freeze at 19 makes the steps after a plan applied at 20 faster by
 // itself: the measurement (+25% against +20% predicted) is shown, marked,
 // and kept out of the record the gate calibrates by. A change before the
