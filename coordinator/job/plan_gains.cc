@@ -10,7 +10,6 @@ std::optional<PlanGains::Measured> PlanGains::Follow(uint64_t epoch, int64_t app
   std::optional<Measured> before = Measure(apply_iteration - windows_.skip);
   following_ = Measured{epoch, apply_iteration, predicted, {}};
   since_ = apply_iteration + windows_.skip + 1;
-  switch_ = apply_iteration;
   return before;
 }
 
@@ -34,7 +33,6 @@ void PlanGains::Forget() {
   steps_ = core::StepTimes();
   following_.reset();
   since_ = -1;
-  switch_ = -1;
   changes_.clear();
 }
 

@@ -57,7 +57,9 @@ class PlanGains {
     auto near = [&](int64_t a) {
       return a >= 0 && iteration >= a - windows_.skip && iteration <= a + windows_.skip;
     };
-    return near(switch_) || near(pending_apply);
+    // The followed plan's apply iteration, from the first one measured
+    // after it (Follow: since_ = apply + skip + 1).
+    return near(since_ >= 0 ? since_ - windows_.skip - 1 : -1) || near(pending_apply);
   }
   // The job's step time on the layout it runs now (core::CurrentStepTime
   // from the first iteration after the newest plan's switch); nullopt
@@ -87,7 +89,6 @@ class PlanGains {
   core::StepTimes steps_;
   std::optional<Measured> following_;  // realized unset
   int64_t since_ = -1;  // the current layout's first measured iteration
-  int64_t switch_ = -1;  // the newest followed plan's apply iteration
   std::deque<int64_t> changes_;  // the newest model-change iterations, ascending
   core::PredictionRecord record_;
 };
