@@ -12,9 +12,10 @@
 # (median of the last half of the iterations), the final split, the
 # rank speeds the coordinator saw, and whether the losses match.
 # REPEATS=N (default 1) then runs the best static split and dynmo N-1 more
-# times under the throttle, back to back, and prints the paired ratios and
-# their median (bench/straggler_pairs.py): single runs here scatter by more
-# than the gap. THROTTLE_NICE=N runs the busy loop at nice N, a milder
+# times under the throttle, back to back, the order alternating from pair
+# to pair (static first in the odd ones, dynmo first in the even ones), and
+# prints the paired ratios and their median (bench/straggler_pairs.py):
+# single runs here scatter by more than the gap. THROTTLE_NICE=N runs the busy loop at nice N, a milder
 # throttle (about 0.56 of the core at 2, 0.75 at 5: bench/local_ranks.sh).
 #   bash bench/straggler.sh BIN_DIR [OUT_DIR]    (STEPS=120 by default)
 # Needs taskset (util-linux) and two cores.
@@ -73,9 +74,17 @@ run dynmo --initial_boundaries=0,5,10 --coordinator=embedded --job=straggler
 best=$(python3 "$(dirname "$0")/straggler_pairs.py" --best "$out" static-4 static-6 static-7 static-8)
 best=${best#static-}
 pairs=("static-$best:dynmo")
+# The first pair ran static first; the next runs DynMo first, and so on
+# (ABBA), so a drift of the machine's speed over the invocation favours
+# neither side of the median.
 for i in $(seq 2 "$repeats"); do
-  run "static-$best-$i" --initial_boundaries="0,$best,10"
-  run "dynmo-$i" --initial_boundaries=0,5,10 --coordinator=embedded --job="straggler-$i"
+  if (( i % 2 == 0 )); then
+    run "dynmo-$i" --initial_boundaries=0,5,10 --coordinator=embedded --job="straggler-$i"
+    run "static-$best-$i" --initial_boundaries="0,$best,10"
+  else
+    run "static-$best-$i" --initial_boundaries="0,$best,10"
+    run "dynmo-$i" --initial_boundaries=0,5,10 --coordinator=embedded --job="straggler-$i"
+  fi
   pairs+=("static-$best-$i:dynmo-$i")
 done
 throttle_off

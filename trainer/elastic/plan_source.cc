@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <array>
 #include <iostream>
 #include <utility>
 
@@ -77,24 +79,46 @@ class AgentPlanSource : public PlanSource {
                   const std::vector<core::LayerCost>* layer_costs)
       : agent_(agent), num_layers_(num_layers), config_(config), layer_costs_(layer_costs) {}
 
+  int AgreementSlots() const override { return 3; }
+
+  void OfferAgreement(int64_t next_iter, absl::Span<double> slots) override {
+    offered_iter_ = next_iter;
+    agreed_ = false;
+    // No boundary follows the last iteration: ask the agent nothing (asking
+    // fails a plan due there, which no rank would reach anyway).
+    offered_ = next_iter < config_.steps ? agent_->PlanToApplyAt(next_iter) : std::nullopt;
+    Held(offered_, slots);
+  }
+
+  void TakeAgreement(int64_t next_iter, absl::Span<const double> summed) override {
+    if (next_iter != offered_iter_ || summed.size() != summed_.size()) return;
+    std::copy(summed.begin(), summed.end(), summed_.begin());
+    agreed_ = true;
+  }
+
   absl::StatusOr<std::optional<LayoutChange>> Due(int64_t iter, const StageLayout& layout,
                                                   Transport& transport) override {
-    std::optional<wire::Plan> due = agent_->PlanToApplyAt(iter);
-    torch::Tensor t = torch::zeros({3}, torch::kDouble);
-    const double e = due ? static_cast<double>(due->epoch) : 0;
-    {
-      auto v = t.accessor<double, 1>();
-      v[0] = due ? 1 : 0;
-      v[1] = e;
-      v[2] = e * e;
+    std::optional<wire::Plan> due;
+    std::array<double, 3> v{};
+    if (agreed_ && offered_iter_ == iter) {
+      // Agreed in the previous iteration's summary all-reduce: no
+      // collective at this boundary.
+      due = std::move(offered_);
+      v = summed_;
+    } else {
+      due = agent_->PlanToApplyAt(iter);
+      torch::Tensor t = torch::zeros({3}, torch::kDouble);
+      Held(due, absl::MakeSpan(t.data_ptr<double>(), 3));
+      // host-sync(event): the first boundary of a run (no iteration summary before it to
+      //   carry the agreement): the in-band agreement on the plan epoch every rank holds
+      //   (three doubles on the CPU, which NCCL stages through the device and copies back).
+      if (absl::Status s = transport.AllReduceSumWorld(t); !s.ok()) return s;
+      std::copy(t.data_ptr<double>(), t.data_ptr<double>() + 3, v.begin());
     }
-    // host-sync(steady): every iteration with a coordinator: the in-band agreement on the plan
-    //   epoch every rank holds (three doubles on the CPU, which NCCL stages through the
-    //   device and copies back); cost: DynMo embedded measured 0.999x of no coordinator
-    //   (one H200, one rank, so without the wire: docs/benchmarks.md).
-    if (absl::Status s = transport.AllReduceSumWorld(t); !s.ok()) return s;
+    agreed_ = false;
+    offered_.reset();
     if (!due) return std::nullopt;
-    auto v = t.accessor<double, 1>();
+    const double e = static_cast<double>(due->epoch);
     const double w = transport.world_size();
     auto fail = [&](const std::string& why) -> std::optional<LayoutChange> {
       std::cerr << "dynmo-train: rank " << transport.rank() << ": plan epoch "
@@ -155,7 +179,21 @@ class AgentPlanSource : public PlanSource {
   int num_layers_;
   const TrainerConfig& config_;
   const std::vector<core::LayerCost>* layer_costs_;
+  // This rank's part of the agreement: [holds a plan, its epoch, epoch^2].
+  static void Held(const std::optional<wire::Plan>& due, absl::Span<double> out) {
+    const double e = due ? static_cast<double>(due->epoch) : 0;
+    out[0] = due ? 1 : 0;
+    out[1] = e;
+    out[2] = e * e;
+  }
+
   wire::Plan plan_;  // the plan of the change last handed out
+  // The agreement offered in the last iteration summary, for offered_iter_:
+  // the plan this rank held then and, once taken back, the world's sums.
+  int64_t offered_iter_ = -1;
+  std::optional<wire::Plan> offered_;
+  bool agreed_ = false;
+  std::array<double, 3> summed_{};
 };
 
 }  // namespace

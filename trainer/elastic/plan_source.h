@@ -12,8 +12,15 @@
 //                      acknowledged through the agent.
 //
 // Due() may be a collective (the agent source all-reduces): every rank calls
-// every source at every iteration boundary, in the same order. Not
-// thread-safe: the rank's training thread.
+// every source at every iteration boundary, in the same order. A source
+// that agrees in-band can instead ride the iteration summary's world
+// all-reduce (iteration_report.h), which every rank runs at the end of
+// every iteration: it offers its AgreementSlots() for the next iteration's
+// change before that all-reduce and takes them back summed after it, and
+// its Due() for that iteration then runs no collective of its own. Every
+// rank offers at the same iterations (each Gather), so whether a Due() is
+// pre-agreed is the same on every rank. Not thread-safe: the rank's
+// training thread.
 #ifndef DYNMO_TRAINER_ELASTIC_PLAN_SOURCE_H_
 #define DYNMO_TRAINER_ELASTIC_PLAN_SOURCE_H_
 
@@ -25,6 +32,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "agent/agent.h"
 #include "core/cost_model.h"
 #include "core/migration.h"
@@ -53,6 +61,14 @@ class PlanSource {
   virtual absl::StatusOr<std::optional<LayoutChange>> Due(int64_t iter,
                                                           const StageLayout& layout,
                                                           Transport& transport) = 0;
+  // Doubles this source adds to the iteration summary's all-reduce (0: none).
+  virtual int AgreementSlots() const { return 0; }
+  // Before the summary's all-reduce at the end of the iteration before
+  // `next_iter`: this rank's part of the agreement on the change due before
+  // `next_iter`, in `slots` (AgreementSlots() of them, zeroed).
+  virtual void OfferAgreement(int64_t next_iter, absl::Span<double> slots) {}
+  // After it: the same slots summed over the world.
+  virtual void TakeAgreement(int64_t next_iter, absl::Span<const double> summed) {}
   // The change was carried out; `announce`: this rank prints it.
   virtual void Applied(int64_t iter, const LayoutChange& change, bool announce) {}
   // Carrying it out failed (the job then stops with `why`).

@@ -37,7 +37,8 @@ absl::Status IterationReporter::Gather(int64_t iter, PipelineStage& stage,
                                        const StageIterationStats& stats,
                                        bool model_changed, int active_pp,
                                        Transport& transport, agent::Agent* agent,
-                                       double probe_s, double iteration_s) {
+                                       double probe_s, double iteration_s,
+                                       absl::Span<const std::unique_ptr<PlanSource>> sources) {
   std::vector<int> local_ids;
   for (int i = 0; i < stage.num_local_layers(); ++i) {
     local_ids.push_back(stage.first_layer() + i);
@@ -53,10 +54,21 @@ absl::Status IterationReporter::Gather(int64_t iter, PipelineStage& stage,
   const int my_stage = transport.rank() / config_.dp;
   active_pp_ = active_pp;
   const int dynamism_slots = stage.DynamismReportSlots();
-  summary_ = torch::zeros({at.dynamism(active_pp) + dynamism_slots}, torch::kDouble);
+  int agreement_slots = 0;
+  for (const std::unique_ptr<PlanSource>& source : sources) {
+    agreement_slots += source->AgreementSlots();
+  }
+  const int agreement = at.dynamism(active_pp) + dynamism_slots;
+  summary_ = torch::zeros({agreement + agreement_slots}, torch::kDouble);
   auto values = summary_.accessor<double, 1>();
   stage.FillDynamismReport(
       absl::MakeSpan(summary_.data_ptr<double>() + at.dynamism(active_pp), dynamism_slots));
+  int offset = agreement;
+  for (const std::unique_ptr<PlanSource>& source : sources) {
+    const int n = source->AgreementSlots();
+    source->OfferAgreement(iter + 1, absl::MakeSpan(summary_.data_ptr<double>() + offset, n));
+    offset += n;
+  }
   if (my_stage == active_pp - 1) values[0] = stats.loss_sum / config_.microbatches;
   int64_t memory_used = stats.peak_stash_bytes;  // stage_memory.h
   std::vector<int64_t> resident(local_ids.size(), 0);
@@ -109,14 +121,22 @@ absl::Status IterationReporter::Gather(int64_t iter, PipelineStage& stage,
     (void)agent->ReportIteration(sample);
   }
   // host-sync(steady): once per iteration: the summary (loss, per-layer times and bytes,
-  //   memory, the dynamic-model schemes' counters) summed over the world for the log and the
-  //   coordinator (a CPU tensor, which NCCL stages through the device and copies back); cost:
-  //   DynMo embedded measured 0.999x of no coordinator (one H200, one rank, so without the
-  //   wire: docs/benchmarks.md).
+  //   memory, the dynamic-model schemes' counters, the plan agreement for the next
+  //   boundary) summed over the world for the log, the coordinator and the plan sources (a
+  //   CPU tensor, which NCCL stages through the device and copies back); cost: DynMo
+  //   embedded measured 0.999x of no coordinator (one H200, one rank, so without the wire:
+  //   docs/benchmarks.md).
   if (absl::Status s = transport.AllReduceSumWorld(summary_); !s.ok()) return s;
   stage.DynamismReportSummed(
       iter, absl::MakeConstSpan(summary_.data_ptr<double>() + at.dynamism(active_pp),
                                 dynamism_slots));
+  offset = agreement;
+  for (const std::unique_ptr<PlanSource>& source : sources) {
+    const int n = source->AgreementSlots();
+    source->TakeAgreement(iter + 1,
+                          absl::MakeConstSpan(summary_.data_ptr<double>() + offset, n));
+    offset += n;
+  }
   return absl::OkStatus();
 }
 

@@ -5,7 +5,9 @@
 // resident bytes, weight-gradient time, activation bytes, parameters; then
 // memory used per stage; then whether its model changed; then the
 // dynamic-model schemes' counters (dynamism.h), handed back summed to the
-// stage] — from which rank 0 builds the job-wide IterationRecord (means
+// stage; then the plan sources' agreement on the change due at the next
+// iteration (plan_source.h), handed back summed to them] — from which rank
+// 0 builds the job-wide IterationRecord (means
 // over the dp replicas: each layer has dp owners, each replica one last
 // stage).
 //
@@ -16,13 +18,16 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 #include "agent/agent.h"
 #include "core/boundaries.h"
 #include "trainer/comm/transport.h"
 #include "trainer/config/config.h"
+#include "trainer/elastic/plan_source.h"
 #include "trainer/run/training_log.h"
 #include "trainer/stage/pipeline_stage.h"
 
@@ -39,11 +44,14 @@ class IterationReporter {
   // all-reduces the summary over `transport`, whose stages are the
   // `active_pp` running ones.
   // `probe_s`: this iteration's speed-probe seconds (0: none);
-  // `iteration_s`: its wall seconds on this rank (0: not measured).
+  // `iteration_s`: its wall seconds on this rank (0: not measured);
+  // `sources`: their agreement on the change due before iteration iter + 1
+  // rides this all-reduce (every rank passes the same sources).
   absl::Status Gather(int64_t iter, PipelineStage& stage,
                       const StageIterationStats& stats, bool model_changed,
                       int active_pp, Transport& transport, agent::Agent* agent,
-                      double probe_s = 0, double iteration_s = 0);
+                      double probe_s = 0, double iteration_s = 0,
+                      absl::Span<const std::unique_ptr<PlanSource>> sources = {});
 
   // Rank 0, after Gather: the job-wide record of the iteration.
   IterationRecord Record(int64_t iter, double seconds, const core::Boundaries& boundaries,

@@ -455,7 +455,7 @@ absl::Status RunTraining(const TrainerConfig& requested, const DistEnv& env,
         probe_cadence.ShouldProbe(iter, layer_s, layout_changed) ? probe.Run() : 0;
     if (absl::Status s = reporter.Gather(iter, stage, stats, stage.TakeModelChanged(),
                                          active_pp, **transport, link.agent.get(), probe_s,
-                                         run_s);
+                                         run_s, sources);
         !s.ok()) {
       return s;
     }
