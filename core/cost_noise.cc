@@ -57,6 +57,12 @@ void NoiseTracker::Add(double sample, double weight) {
   samples_ = std::min(samples_ + 1, kSampleCap);
 }
 
+void NoiseTracker::Recenter(double mean) {
+  if (!std::isfinite(mean) || samples_ == 0) return;
+  mean_ = mean;
+  var_ = 0;
+}
+
 double StageRelativeNoise(const PipelineModel& model, absl::Span<const double> layer_sd) {
   if (layer_sd.size() != model.layers.size() || model.stages.empty()) return 0;
   double var = 0, total = 0;

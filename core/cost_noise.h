@@ -36,6 +36,10 @@ class NoiseTracker {
   // Reset for a changed layer; restarted() says one happened.
   void Restart(double sample);
   void Add(double sample, double weight);
+  // The samples so far say nothing of the spread (a job's warm-up pair: its
+  // first iterations run slower, once): it starts again at 0 around `mean`,
+  // their count kept. A non-finite `mean` is ignored.
+  void Recenter(double mean);
   double sd() const;          // sample standard deviation, >= 0
   int samples() const { return samples_; }  // since the last Reset, capped
   bool restarted() const { return restarted_; }

@@ -65,6 +65,10 @@ absl::Status CostProfile::Add(int replica, const LayerCost& sample,
     c.fwd_s = std::min(c.fwd_s, sample.fwd_s);
     c.bwd_s = std::min(c.bwd_s, sample.bwd_s);
     c.wgrad_s = std::min(c.wgrad_s, sample.wgrad_s);
+    // Nor does their difference say how the layer's time scatters: its
+    // spread starts from the kept cost (a first iteration 2.5x the steady
+    // one left a spread that held the adapter's first plan ~30 iterations).
+    noise.Recenter(c.time_s());
   } else {
     c.fwd_s = Smooth(c.fwd_s, sample.fwd_s, w);
     c.bwd_s = Smooth(c.bwd_s, sample.bwd_s, w);

@@ -9,8 +9,9 @@
 // interference, never sped up: a one-off stall in the first two samples, a
 // warm-up hiccup, must not decide the first plan); later ones are smoothed
 // in (an EWMA of weight `smoothing`, so that bursty costs count at their
-// mean). Beside each cost it tracks the
-// spread of the layer's time samples (cost_noise.h). Once every (replica,
+// mean). Beside each cost it tracks the spread of the layer's time samples
+// (cost_noise.h), from the job's third sample on: the first two only set
+// where it starts (a warm-up hiccup must not hold the first plan either). Once every (replica,
 // layer) has been seen, Model() combines the replicas (CombineReplicaProfiles:
 // max per field, the slowest replica paces the step) and sizes each stage
 // from what its ranks reported: the memory cap, the micro-batches whose

@@ -56,6 +56,24 @@ TEST(NoiseTrackerTest, ResetForgetsTheOldSpreadAndBadSamplesAreIgnored) {
   EXPECT_EQ(n.sd(), 0);
 }
 
+TEST(NoiseTrackerTest, RecenterDropsTheSpreadAndKeepsTheCount) {
+  NoiseTracker n;
+  n.Recenter(1.0);  // nothing to recenter yet
+  EXPECT_EQ(n.samples(), 0);
+  n.Add(2.5, 0.1);
+  n.Add(1.0, 0.1);
+  EXPECT_GT(n.sd(), 0.4);
+  n.Recenter(1.0);
+  EXPECT_EQ(n.sd(), 0);
+  EXPECT_EQ(n.samples(), 2);
+  n.Recenter(std::numeric_limits<double>::quiet_NaN());  // ignored
+  n.Add(1.0, 0.1);  // at the new mean: still no spread
+  EXPECT_EQ(n.sd(), 0);
+  EXPECT_EQ(n.samples(), 3);
+  n.Add(2.0, 0.1);
+  EXPECT_NEAR(n.sd() * n.sd(), 0.9 * 0.1 * 1.0, 1e-12);
+}
+
 TEST(SmoothedSdTest, ClosedForm) {
   EXPECT_DOUBLE_EQ(SmoothedSd(2.0, 1.0), 2.0);
   EXPECT_DOUBLE_EQ(SmoothedSd(2.0, 0.5), 2.0 * std::sqrt(0.5 / 1.5));

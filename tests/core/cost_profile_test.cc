@@ -99,6 +99,31 @@ TEST(CostProfileTest, AStallOnTheSecondSampleMovesNoEstimate) {
   EXPECT_DOUBLE_EQ(Only(q).fwd_s, 0.05);
 }
 
+// Nor does the warm-up pair leave a spread behind: the adapter's first
+// iteration ran 2.5x its steady time, which as timing noise (an EWMA of
+// weight 0.1) still read a third of the stage's time per micro-batch 14
+// iterations on and held its first plan until iteration 46. The spread
+// counts from the third sample, around the cost kept.
+TEST(CostProfileTest, TheWarmUpPairLeavesNoSpread) {
+  CostProfile p(1, 1, CostProfileOptions{/*smoothing=*/0.1, 0.1});
+  ASSERT_TRUE(p.Add(0, Sample(0, 0.25), false).ok());
+  ASSERT_TRUE(p.Add(0, Sample(0, 0.14), false).ok());
+  EXPECT_EQ(p.LayerNoise()[0], 0.0);
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(p.Add(0, Sample(0, 0.10), false).ok());
+  // What scatters is the steady samples' approach from the kept 0.14 only.
+  const double sd = p.LayerNoise()[0];
+  EXPECT_GT(sd, 0.0);
+  CostProfile before(1, 1, CostProfileOptions{/*smoothing=*/0.1, 0.1});
+  ASSERT_TRUE(before.Add(0, Sample(0, 0.14), false).ok());
+  ASSERT_TRUE(before.Add(0, Sample(0, 0.14), false).ok());
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(before.Add(0, Sample(0, 0.10), false).ok());
+  EXPECT_DOUBLE_EQ(sd, before.LayerNoise()[0]);
+  // After a model change the pair rule does not apply: its samples count.
+  ASSERT_TRUE(p.Add(0, Sample(0, 0.30), /*model_changed=*/true).ok());
+  ASSERT_TRUE(p.Add(0, Sample(0, 0.10), false).ok());
+  EXPECT_GT(p.LayerNoise()[0], 0.0);
+}
+
 TEST(CostProfileTest, AModelChangeReplacesTheEstimate) {
   CostProfile p(1, 1, CostProfileOptions{/*smoothing=*/0.5, 0.1});
   ASSERT_TRUE(p.Add(0, Sample(0, 0.10), false).ok());
