@@ -62,17 +62,10 @@ def load(name):
     return [json.loads(l) for l in open(f"{out}/{name}.jsonl")]
 def rate(recs):  # as scripts/dynmo-report: median tokens/s over iterations 2..
     return statistics.median(r["tokens_per_s"] for r in recs[2:])
+sys.path.insert(0, "bench")
+import straggler_pairs
 def events(name, kind):
-    path = f"{out}/{name}.coordinator.log"
-    if not os.path.exists(path):
-        return []
-    found = []
-    for line in open(path):  # the daemon's logfmt lines: key=value ...
-        fields = {k: v.strip('"') for k, v in re.findall(r'(\w+)=("[^"]*"|\S+)', line)}
-        if fields.get("event") == kind:
-            found.append({k: float(v) if re.fullmatch(r"[-+0-9.eE]+", v) else v
-                          for k, v in fields.items()})
-    return found
+    return straggler_pairs.events(f"{out}/{name}.coordinator.log", kind)
 others = [a for a in arms if a != "S"]
 movers = [a for a in others if a != "D0"]
 print("| round (order) | " + " | ".join(f"{a} tok/s" for a in arms) + " | "

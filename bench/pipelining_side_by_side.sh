@@ -7,9 +7,16 @@
 #   dynmo      the same start with the embedded coordinator (trigger auto,
 #              its default), which re-splits the running job live;
 # then static from DynMo's final split and its neighbours (the best static
-# split in hindsight, HINDSIGHT=1 by default), then the overhead A/B of
-# DynMo's per-layer hooks: the static run with and
-# without them, alternated REPS times (default 3) in this one invocation.
+# split in hindsight, HINDSIGHT=1 by default) and PAIRS (default 3) pairs of
+# that best split against DynMo, the first pair the runs above, the others
+# run back to back with their order alternating (DynMo first in the even
+# ones): the paired ratios and their median (bench/straggler_pairs.py, a
+# run's rate its median tokens/s over all but its 2 warm-up iterations;
+# target 0.98x), since single runs here drift by more than the gap, and
+# each DynMo plan's predicted and realized gain (the embedded coordinator's
+# log, out/pipelining-*.coordinator.log); then the overhead A/B of DynMo's
+# per-layer hooks: the static run with and without them, alternated REPS
+# times (default 3) in this one invocation.
 # The dynamic case (DYNAMISM, default freezing) changes per-layer cost while
 # it runs. Prints the table (scripts/dynmo-report: tokens/s, imbalance,
 # bubble, plans, bytes moved, final loss — identical) and draws
@@ -30,6 +37,7 @@ export PYTHONPATH="$PWD/$build/python" DYNMO_BIN_DIR="$PWD/$build/bin" OMP_NUM_T
 steps="${STEPS:-80}"
 start="${START:-0,9,10}"
 reps="${REPS:-3}"
+pairs_n="${PAIRS:-3}"
 mkdir -p out
 job=(--schedule "${SCHEDULE:-1F1B}" --steps "$steps" --layers 8 --dim 128 --seq_len 64
      --microbatches 8 --micro_batch 4 --initial_boundaries "$start"
@@ -39,7 +47,11 @@ run() {  # NAME [example flags...]
   local name=$1
   shift
   echo "== $name" >&2
-  pinned_example "$venv" "out/pipelining-$name.log" "${job[@]}" \
+  # The embedded coordinator's event log (plans, their predicted and
+  # realized gains) is kept beside the records.
+  rm -f "out/pipelining-$name.coordinator.log"
+  DYNMO_COORDINATOR_LOG="out/pipelining-$name.coordinator.log" \
+    pinned_example "$venv" "out/pipelining-$name.log" "${job[@]}" \
     --log_json "out/pipelining-$name.jsonl" "$@"
 }
 
@@ -91,6 +103,34 @@ print(f"best static split in hindsight: {','.join(map(str, split))} at {best:,.0
       f"DynMo {dynmo:,.0f}: {dynmo / best:.3f}x of it; losses of every static split "
       f"identical: {same}")
 PY
+  # DynMo against that best split, pair after pair (ABBA): the first pair
+  # is the runs above; a drift of the machine over the invocation then
+  # favours neither side of the median.
+  names=(pipelining-static)
+  for p in "${tried[@]}"; do names+=("$(basename "$p" .jsonl)"); done
+  best=$(python3 bench/straggler_pairs.py --skip 2 --best out "${names[@]}")
+  best_split=$(python3 -c 'import json,sys; print(",".join(map(str, json.loads(open(sys.argv[1]).readline())["boundaries"])))' "out/$best.jsonl")
+  job_best=("${job[@]/$start/$best_split}")
+  run_best() {  # I [example flags...]: static at the best split
+    local i=$1
+    shift
+    echo "== best-$i ($best_split)" >&2
+    pinned_example "$venv" "out/pipelining-best-$i.log" "${job_best[@]}" \
+      --coordinator none --log_json "out/pipelining-best-$i.jsonl" "$@"
+  }
+  pairs=("$best:pipelining-dynmo")
+  for i in $(seq 2 "$pairs_n"); do
+    if (( i % 2 == 0 )); then
+      run "dynmo-$i" --coordinator embedded --trigger auto "$@"
+      run_best "$i" "$@"
+    else
+      run_best "$i" "$@"
+      run "dynmo-$i" --coordinator embedded --trigger auto "$@"
+    fi
+    pairs+=("pipelining-best-$i:pipelining-dynmo-$i")
+  done
+  echo "== DynMo against the best static split in hindsight ($best_split), pairs back to back =="
+  python3 bench/straggler_pairs.py --skip 2 --target 0.98 out "${pairs[@]}"
 fi
 
 # The hooks' overhead: the same static job with and without DynMo's

@@ -11,19 +11,20 @@
 # and, without the throttle, dynmo again (no plan expected). Prints tokens/s
 # (median of the last half of the iterations), the final split, the
 # rank speeds the coordinator saw, and whether the losses match.
-# REPEATS=N (default 1) then runs the best static split and dynmo N-1 more
+# REPEATS=N (default 3) then runs the best static split and dynmo N-1 more
 # times under the throttle, back to back, the order alternating from pair
 # to pair (static first in the odd ones, dynmo first in the even ones), and
 # prints the paired ratios and their median (bench/straggler_pairs.py):
-# single runs here scatter by more than the gap. THROTTLE_NICE=N runs the busy loop at nice N, a milder
-# throttle (about 0.56 of the core at 2, 0.75 at 5: bench/local_ranks.sh).
+# single runs here scatter by more than the gap. THROTTLE_NICE=N runs the
+# busy loop at nice N, a milder throttle (about 0.56 of the core at 2, 0.75
+# at 5: bench/local_ranks.sh; default 0, the full throttle).
 #   bash bench/straggler.sh BIN_DIR [OUT_DIR]    (STEPS=120 by default)
 # Needs taskset (util-linux) and two cores.
 set -euo pipefail
 bin=${1:?usage: straggler.sh BIN_DIR [OUT_DIR]}
 out=${2:-$(mktemp -d /tmp/dynmo-straggler.XXXXXX)}
 steps=${STEPS:-120}
-repeats=${REPEATS:-1}
+repeats=${REPEATS:-3}
 mkdir -p "$out"
 . "$(dirname "$0")/local_ranks.sh"
 

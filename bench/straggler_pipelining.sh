@@ -14,10 +14,11 @@
 # (median of the last half of the iterations), the split each ended on, its
 # plans (and the rank speeds and plans from the embedded coordinator's
 # event log, kept as OUT/NAME.coordinator.log), and whether dynmo's losses
-# equal static-balanced's. REPEATS=N (default 1) then runs the best static
-# split and dynmo N-1 more times under the throttle, back to back, and
-# prints the paired ratios and their median (bench/straggler_pairs.py):
-# single runs here scatter by more than the gap.
+# equal static-balanced's. REPEATS=N (default 3) then runs the best static
+# split and dynmo N-1 more times under the throttle, back to back, the order
+# alternating from pair to pair (static first in the odd ones, dynmo first
+# in the even ones), and prints the paired ratios and their median
+# (bench/straggler_pairs.py): single runs here scatter by more than the gap.
 # THROTTLE_NICE=N runs the busy loop at nice N, a milder throttle (about
 # 0.56 of the core at 2, 0.75 at 5: bench/local_ranks.sh).
 #
@@ -33,7 +34,7 @@ build="${1:-build}"
 venv="$(bash scripts/install-torch.sh | tail -n 1)"
 export PYTHONPATH="$PWD/$build/python" DYNMO_BIN_DIR="$PWD/$build/bin" OMP_NUM_THREADS=1
 steps="${STEPS:-120}"
-repeats="${REPEATS:-1}"
+repeats="${REPEATS:-3}"
 out="${OUT:-out/straggler-pipelining}"
 mkdir -p "$out"
 job=(--schedule 1F1B --steps "$steps" --layers 8 --dim 128 --seq_len 64
@@ -59,9 +60,17 @@ run dynmo --coordinator embedded --trigger auto --initial_boundaries 0,5,10
 best=$("$venv/bin/python" bench/straggler_pairs.py --best "$out" static-6 static-7 static-8)
 best=${best#static-}
 pairs=("static-$best:dynmo")
+# The first pair ran static first; the next runs DynMo first, and so on
+# (ABBA), so a drift of the machine over the invocation favours neither
+# side of the median.
 for i in $(seq 2 "$repeats"); do
-  run "static-$best-$i" --coordinator none --initial_boundaries "0,$best,10"
-  run "dynmo-$i" --coordinator embedded --trigger auto --initial_boundaries 0,5,10
+  if (( i % 2 == 0 )); then
+    run "dynmo-$i" --coordinator embedded --trigger auto --initial_boundaries 0,5,10
+    run "static-$best-$i" --coordinator none --initial_boundaries "0,$best,10"
+  else
+    run "static-$best-$i" --coordinator none --initial_boundaries "0,$best,10"
+    run "dynmo-$i" --coordinator embedded --trigger auto --initial_boundaries 0,5,10
+  fi
   pairs+=("static-$best-$i:dynmo-$i")
 done
 throttle_off

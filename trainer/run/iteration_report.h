@@ -7,9 +7,8 @@
 // dynamic-model schemes' counters (dynamism.h), handed back summed to the
 // stage; then the plan sources' agreement on the change due at the next
 // iteration (plan_source.h), handed back summed to them] — from which rank
-// 0 builds the job-wide IterationRecord (means
-// over the dp replicas: each layer has dp owners, each replica one last
-// stage).
+// 0 builds the job-wide IterationRecord (means over the dp replicas: each
+// layer has dp owners, each replica one last stage).
 //
 // Not thread-safe: the rank's training thread.
 #ifndef DYNMO_TRAINER_RUN_ITERATION_REPORT_H_
