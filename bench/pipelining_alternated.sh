@@ -56,7 +56,7 @@ for r in $(seq 1 "$rounds"); do
   done
 done
 python3 - "$out" "$rounds" "${arms[@]}" <<'PY'
-import json, os, re, statistics, sys
+import json, statistics, sys
 out, rounds, arms = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 def load(name):
     return [json.loads(l) for l in open(f"{out}/{name}.jsonl")]
@@ -64,8 +64,6 @@ def rate(recs):  # as scripts/dynmo-report: median tokens/s over iterations 2..
     return statistics.median(r["tokens_per_s"] for r in recs[2:])
 sys.path.insert(0, "bench")
 import straggler_pairs
-def events(name, kind):
-    return straggler_pairs.events(f"{out}/{name}.coordinator.log", kind)
 others = [a for a in arms if a != "S"]
 movers = [a for a in others if a != "D0"]
 print("| round (order) | " + " | ".join(f"{a} tok/s" for a in arms) + " | "
@@ -73,7 +71,7 @@ print("| round (order) | " + " | ".join(f"{a} tok/s" for a in arms) + " | "
       + " | ".join(f"{a}'s plans" for a in movers) + " |")
 print("|---" * (len(arms) + len(others) + len(movers)) + "|")
 ratio = {a: [] for a in others}
-same, gains = True, []
+same, runs = True, []
 for r in range(1, rounds + 1):
     order = " ".join(arms[(r - 1 + k) % len(arms)] for k in range(len(arms)))
     recs = {a: load(f"{a}-{r}") for a in arms}
@@ -90,8 +88,7 @@ for r in range(1, rounds + 1):
         plans.append(" ".join(got) or "none")
     for a in others:
         ratio[a].append(rates[a] / rates["S"])
-        for e in events(f"{a}-{r}", "plan_realized"):
-            gains.append((f"{a}-{r}", e))
+        runs.append(f"{a}-{r}")
     print(f"| {r} ({order}) | " + " | ".join(f"{rates[a]:,.0f}" for a in arms) + " | "
           + " | ".join(f"{ratio[a][-1]:.3f}" for a in others) + " | "
           + " | ".join(plans) + " |")
@@ -100,18 +97,5 @@ for a in others:
           f"highest {max(ratio[a]):.3f})")
 print(f"D0's losses identical to S's in every round: {same}")
 print()
-print("| run | epoch | at iteration | predicted gain | realized gain | error (points) | spread | model changed inside |")
-print("|---|---|---|---|---|---|---|---|")
-errors, across = [], []
-for run, e in gains:
-    changed = e.get("model_changed") == "true"
-    (across if changed else errors).append(abs(e["error"]) * 100)
-    print(f"| {run} | {e['epoch']:.0f} | {e['apply_iteration']:.0f} | {e['predicted_gain']:+.1%} | "
-          f"{e['realized_gain']:+.1%} | {e['error'] * 100:+.1f} | {e['spread']:.1%} | "
-          f"{'yes' if changed else 'no'} |")
-print("median absolute prediction error: "
-      + (f"{statistics.median(errors):.1f} points over {len(errors)} plans" if errors
-         else "no plan measured across no model change")
-      + (f"; {len(across)} more measured across a model change (median "
-         f"{statistics.median(across):.1f} points), not counted" if across else ""))
+straggler_pairs.plan_gains(out, runs)
 PY

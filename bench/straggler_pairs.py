@@ -78,15 +78,16 @@ def plan_gains(out, runs):
         print("predicted vs realized gain: no plan measured (no plan_realized event)")
         return
     print("| run | epoch | at iteration | predicted gain | realized gain | error (points) "
-          "| model changed inside |")
-    print("|---|---|---|---|---|---|---|")
+          "| spread | model changed inside |")
+    print("|---|---|---|---|---|---|---|---|")
     errors, across = [], []
     for run, e in rows:
         changed = e.get("model_changed") == "true"
         (across if changed else errors).append(abs(e["error"]) * 100)
         print(f"| {run} | {e['epoch']:.0f} | {e['apply_iteration']:.0f} | "
               f"{e['predicted_gain']:+.1%} | {e['realized_gain']:+.1%} | "
-              f"{e['error'] * 100:+.1f} | {'yes' if changed else 'no'} |")
+              f"{e['error'] * 100:+.1f} | {e.get('spread', 0):.1%} | "
+              f"{'yes' if changed else 'no'} |")
     print("median absolute prediction error: "
           + (f"{statistics.median(errors):.1f} points over {len(errors)} plans (target <= 3)"
              if errors else "no plan measured across no model change")
