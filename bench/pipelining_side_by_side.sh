@@ -87,29 +87,31 @@ if [ "${HINDSIGHT:-1}" = 1 ]; then
     done
   fi
   python3 - out/pipelining-static.jsonl out/pipelining-dynmo.jsonl "${tried[@]}" <<'PY'
-import json, statistics, sys
+import os, sys
+sys.path.insert(0, "bench")
+from straggler_pairs import records, rate as median_rate
 def rate(path):  # median tokens/s over iterations 2.. (as scripts/dynmo-report)
-    recs = [json.loads(l) for l in open(path)]
-    return statistics.median(r["tokens_per_s"] for r in recs[2:]), recs
+    recs = records(path)
+    return median_rate(recs, 2), recs
 (static, s), (dynmo, _) = rate(sys.argv[1]), rate(sys.argv[2])
-best, split, same = static, s[0]["boundaries"], True
+best, split, same, name = static, s[0]["boundaries"], True, sys.argv[1]
 for p in sys.argv[3:]:
     r, recs = rate(p)
     same = same and [x["loss"] for x in recs] == [x["loss"] for x in s]
     print(f"static {','.join(map(str, recs[0]['boundaries']))}: {r:,.0f} tok/s")
     if r > best:
-        best, split = r, recs[0]["boundaries"]
+        best, split, name = r, recs[0]["boundaries"], p
 print(f"best static split in hindsight: {','.join(map(str, split))} at {best:,.0f} tok/s; "
       f"DynMo {dynmo:,.0f}: {dynmo / best:.3f}x of it; losses of every static split "
       f"identical: {same}")
+# For the pairs below: the best run's name and split.
+with open("out/pipelining-hindsight-best", "w") as f:
+    print(os.path.basename(name)[:-len(".jsonl")], ",".join(map(str, split)), file=f)
 PY
   # DynMo against that best split, pair after pair (ABBA): the first pair
   # is the runs above; a drift of the machine over the invocation then
   # favours neither side of the median.
-  names=(pipelining-static)
-  for p in "${tried[@]}"; do names+=("$(basename "$p" .jsonl)"); done
-  best=$(python3 bench/straggler_pairs.py --skip 2 --best out "${names[@]}")
-  best_split=$(python3 -c 'import json,sys; print(",".join(map(str, json.loads(open(sys.argv[1]).readline())["boundaries"])))' "out/$best.jsonl")
+  read -r best best_split < out/pipelining-hindsight-best
   job_best=("${job[@]/$start/$best_split}")
   run_best() {  # I [example flags...]: static at the best split
     local i=$1
