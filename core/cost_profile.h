@@ -11,9 +11,10 @@
 // in (an EWMA of weight `smoothing`, so that bursty costs count at their
 // mean). Beside each cost it tracks the spread of the layer's time samples
 // (cost_noise.h), from the job's third sample on: the first two only set
-// where it starts (a warm-up hiccup must not hold the first plan either). Once every (replica,
-// layer) has been seen, Model() combines the replicas (CombineReplicaProfiles:
-// max per field, the slowest replica paces the step) and sizes each stage
+// where it starts (a warm-up hiccup must not hold the first plan either).
+// Once every (replica, layer) has been seen, Model() combines the replicas
+// (CombineReplicaProfiles: max per field, the slowest replica paces the
+// step) and sizes each stage
 // from what its ranks reported: the memory cap, the micro-batches whose
 // activations it holds, and the measured memory its layers do not explain,
 // which comes off the cap.
